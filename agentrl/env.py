@@ -1,0 +1,79 @@
+"""The Env base class users subclass, and how the AgentLoop calls it.
+
+An env is one small class with ``reset`` and ``step``, sync or async::
+
+    from agentrl import Env, Message, StepResult
+
+    class SayHello(Env):
+        def reset(self, task, *, seed=None):
+            return [Message.user("Say hello.")]
+
+        def step(self, action):
+            return StepResult(reward=float("hello" in action.text.lower()), terminated=True)
+
+Sync methods run in a worker thread so they never block the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from agentrl.types import Action, Message, StepResult
+
+__all__ = ["Env", "call_maybe_async"]
+
+
+async def call_maybe_async(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Awaits ``fn(*args, **kwargs)`` if it is a coroutine function, else runs it in a thread."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args, **kwargs)
+    result = await asyncio.to_thread(fn, *args, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+class Env:
+    """Base class of environments.
+
+    Subclasses implement :meth:`reset` and :meth:`step` (plain or ``async def``).
+
+    Class attributes:
+        name: Registry name (``agentrl train --env NAME``); defaults to the class name.
+        max_turns: Default turn budget of an episode (the run config may lower it).
+
+    An env that calls tools exposes them through :meth:`tools`; the AgentLoop runs
+    the model's tool calls with them and passes the results in ``Action.tool_results``
+    before calling :meth:`step`.
+    """
+
+    name: ClassVar[str | None] = None
+    max_turns: ClassVar[int] = 8
+
+    def reset(
+        self, task: Mapping[str, Any], *, seed: int | None = None
+    ) -> Sequence[Message] | str:
+        """Starts an episode on ``task`` and returns the first messages.
+
+        Args:
+            task: One task row (e.g. ``{"prompt": ..., "answer": ...}``).
+            seed: Seed for any randomness of the env.
+
+        Returns:
+            The initial messages (system and user), or a string taken as one user message.
+        """
+        raise NotImplementedError
+
+    def step(self, action: Action) -> StepResult:
+        """Takes the model's turn and returns reward, termination and new messages."""
+        raise NotImplementedError
+
+    def tools(self) -> Sequence[Any]:
+        """Tools the model may call in this episode (``agentrl.tools.Tool`` objects)."""
+        return ()
+
+    def close(self) -> None:
+        """Releases the episode's resources; called once per episode, even after an error."""

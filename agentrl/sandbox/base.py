@@ -1,0 +1,101 @@
+"""The Sandbox protocol: an isolated place to run model-written code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Self, runtime_checkable
+
+__all__ = ["ExecResult", "Sandbox", "SandboxError", "SandboxLimits"]
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start, died), as opposed to the code in it."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandbox; every call is bounded by default.
+
+    Attributes:
+        wall_timeout_s: Wall-clock limit of one exec; the whole process tree is killed after it.
+        cpu_time_s: CPU seconds one exec may use (RLIMIT_CPU).
+        memory_mb: Address-space limit per process, in MiB.
+        max_processes: Most processes/threads alive at once inside the sandbox.
+        max_file_size_mb: Largest file the code may write, in MiB.
+        max_disk_mb: Most bytes the working directory may hold, in MiB.
+        max_output_bytes: stdout/stderr beyond this many bytes are cut.
+        network: Whether the code may open network connections.
+    """
+
+    wall_timeout_s: float = 10.0
+    cpu_time_s: int = 10
+    memory_mb: int = 1024
+    max_processes: int = 64
+    max_file_size_mb: int = 64
+    max_disk_mb: int = 256
+    max_output_bytes: int = 1 << 20
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Result of one command.
+
+    Attributes:
+        stdout: Captured standard output (decoded, possibly cut).
+        stderr: Captured standard error (decoded, possibly cut).
+        exit_code: The process's exit status (negative: killed by that signal).
+        timed_out: The wall-clock limit killed it.
+        duration_s: Wall time of the call.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated working directory plus a way to run processes in it.
+
+    Use it as ``async with sandbox:``; ``close()`` is idempotent.
+    """
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout_s: float | None = None,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Runs a command (a shell string or an argv list) in the working directory."""
+        ...
+
+    async def run_code(
+        self, code: str, *, language: str = "python", timeout_s: float | None = None
+    ) -> ExecResult:
+        """Runs a snippet of code in the given language."""
+        ...
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        """Writes a file; ``path`` is relative to the working directory and must stay inside it."""
+        ...
+
+    async def read_file(self, path: str) -> bytes:
+        """Reads a file from inside the working directory."""
+        ...

@@ -1,0 +1,1 @@
+"""ReTool-style math with a Python interpreter."""
