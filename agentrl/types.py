@@ -159,6 +159,8 @@ class StopReason(StrEnum):
     """The chat template is not prefix-consistent for this conversation."""
     ABORTED = "aborted"
     """The run was cancelled while the episode was in flight."""
+    INTERNAL_ERROR = "internal_error"
+    """A bug in agentrl itself; the traceback is in ``Trajectory.error``."""
 
 
 @dataclass(frozen=True)

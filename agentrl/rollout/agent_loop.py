@@ -1,0 +1,291 @@
+"""The AgentLoop: one episode as an async state machine, recorded token for token.
+
+States: PENDING (env.reset, render the prompt) → GENERATING (one LLM call) →
+PROCESSING_TOOLS (run the parsed tool calls) → env.step → GENERATING … → TERMINATED.
+
+Whatever goes wrong inside an episode — the env raises, the server fails, a
+budget runs out — ends that episode with a :class:`StopReason` and the reason
+in its record; ``run`` never raises for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from agentrl.env import Env, call_maybe_async
+from agentrl.llm import LLMClient, LLMError, SamplingParams
+from agentrl.rollout.consistency import check_chat_template
+from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
+from agentrl.tools import ToolExecutor, get_parser
+from agentrl.types import Action, Message, StepResult, StopReason, Trajectory, TurnSpan
+
+__all__ = ["AgentLoop", "EpisodeState", "LoopConfig"]
+
+
+class EpisodeState(StrEnum):
+    """States of one episode."""
+
+    PENDING = "pending"
+    GENERATING = "generating"
+    PROCESSING_TOOLS = "processing_tools"
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Budgets and settings of one episode.
+
+    Attributes:
+        max_turns: Most model turns.
+        max_total_tokens: Context budget: prompt + all turns; each turn's
+            generation budget shrinks as the context grows.
+        max_tokens_per_turn: Most tokens one model turn may generate.
+        episode_timeout_s: Wall-clock budget of the whole episode.
+        sampling: Sampling parameters (``max_tokens`` is set per turn).
+        tool_parser: Name of the tool-call parser (``agentrl.tools.get_parser``).
+        max_parallel_tools: Tool calls of one turn that run at once.
+        max_tool_calls_per_turn: Calls beyond this get an explicit error message.
+        tool_timeout_s: Timeout of one tool call.
+        max_tool_output_chars: Tool output beyond this is cut, with a marker.
+        check_template: Refuse a tokenizer whose chat template is not
+            prefix-consistent (see ``agentrl doctor tokenizer``). Turning it off
+            trains on token sequences that may differ from what the template
+            gives for the whole conversation.
+    """
+
+    max_turns: int = 8
+    max_total_tokens: int = 4096
+    max_tokens_per_turn: int = 1024
+    episode_timeout_s: float = 600.0
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    tool_parser: str = "hermes"
+    max_parallel_tools: int = 4
+    max_tool_calls_per_turn: int = 8
+    tool_timeout_s: float = 30.0
+    max_tool_output_chars: int = 4096
+    check_template: bool = True
+
+
+class _Stop(Exception):  # noqa: N818 - control flow, not an error
+    def __init__(self, reason: StopReason, error: str | None = None) -> None:
+        self.reason = reason
+        self.error = error
+
+
+def _as_messages(obs: Any, where: str) -> list[Message]:
+    if isinstance(obs, str):
+        return [Message.user(obs)]
+    if isinstance(obs, Message):
+        return [obs]
+    if isinstance(obs, Sequence) and all(isinstance(m, Message | dict) for m in obs):
+        return [m if isinstance(m, Message) else Message.from_dict(m) for m in obs]
+    raise TypeError(f"{where} must return a str or a list of Message, got {type(obs).__name__}")
+
+
+class AgentLoop:
+    """Runs episodes of any Env against an LLMClient and records exact trajectories.
+
+    Args:
+        llm: Token-in/token-out client.
+        tokenizer: The policy's Hugging Face tokenizer (with a chat template).
+        config: Budgets and settings.
+    """
+
+    def __init__(self, llm: LLMClient, tokenizer: Any, config: LoopConfig | None = None) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.config = config or LoopConfig()
+        self.parser = get_parser(self.config.tool_parser)
+        ChatTokenizer(tokenizer)  # fail fast on a tokenizer without a usable template
+        if self.config.check_template:
+            report = check_chat_template(tokenizer)
+            if not report.ok:
+                raise TemplateError(
+                    "the chat template is not prefix-consistent, so per-turn token deltas would "
+                    "not match the template's rendering of the whole conversation:\n"
+                    + report.summary()
+                    + "\nFix the template, or set check_template=False to accept the mismatch."
+                )
+
+    async def run(
+        self,
+        env: Env,
+        task: Mapping[str, Any],
+        *,
+        task_id: str = "0",
+        group_id: str = "0",
+        episode_id: str = "0",
+        seed: int | None = None,
+    ) -> Trajectory:
+        """Runs one episode to the end and returns its trajectory (never raises for it)."""
+        traj = Trajectory(task_id=task_id, group_id=group_id, episode_id=episode_id)
+        traj.info["state"] = str(EpisodeState.PENDING)
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.episode_timeout_s):
+                await self._episode(env, task, seed, traj)
+        except _Stop as s:
+            traj.stop_reason, traj.error = s.reason, s.error
+        except TimeoutError:
+            traj.stop_reason = StopReason.TIMEOUT
+            traj.error = f"episode exceeded {self.config.episode_timeout_s}s"
+        except asyncio.CancelledError:
+            traj.stop_reason = StopReason.ABORTED
+            await self._close(env, traj)
+            raise
+        except Exception:
+            traj.stop_reason = StopReason.INTERNAL_ERROR
+            traj.error = traceback.format_exc()
+        traj.info["state"] = str(EpisodeState.TERMINATED)
+        await self._close(env, traj)
+        traj.metrics["episode_time_s"] = time.perf_counter() - t0
+        traj.reward = sum(s.reward for s in traj.spans)
+        return traj
+
+    async def _close(self, env: Env, traj: Trajectory) -> None:
+        try:
+            await call_maybe_async(env.close)
+        except Exception:
+            traj.metrics["env_close_errors"] = 1.0
+            traj.info["close_error"] = traceback.format_exc()
+
+    def _append(self, traj: Trajectory, ids: Sequence[int], kind: str) -> None:
+        start = len(traj.token_ids)
+        traj.token_ids.extend(ids)
+        traj.loss_mask.extend([0] * len(ids))
+        traj.rollout_logprobs.extend([0.0] * len(ids))
+        traj.weight_versions.extend([-1] * len(ids))
+        traj.spans.append(TurnSpan(start, len(traj.token_ids), kind))
+
+    async def _env_call(self, traj: Trajectory, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return await call_maybe_async(fn, *args, **kwargs)
+        except (asyncio.CancelledError, TimeoutError):
+            raise
+        except Exception as e:
+            raise _Stop(StopReason.ENV_ERROR, traceback.format_exc()) from e
+        finally:
+            self._add(traj.metrics, "env_time_s", time.perf_counter() - t)
+
+    @staticmethod
+    def _add(metrics: dict[str, float], key: str, value: float) -> None:
+        metrics[key] = metrics.get(key, 0.0) + value
+
+    async def _episode(
+        self, env: Env, task: Mapping[str, Any], seed: int | None, traj: Trajectory
+    ) -> None:
+        cfg = self.config
+        obs = await self._env_call(traj, env.reset, task, seed=seed)
+        try:
+            messages = _as_messages(obs, "env.reset")
+            tools = list(env.tools())
+        except TypeError as e:
+            raise _Stop(StopReason.ENV_ERROR, str(e)) from e
+        chat = ChatTokenizer(self.tokenizer, tools=[t.schema() for t in tools])
+        executor = ToolExecutor(
+            tools,
+            max_parallel=cfg.max_parallel_tools,
+            max_calls_per_turn=cfg.max_tool_calls_per_turn,
+            timeout_s=cfg.tool_timeout_s,
+            max_output_chars=cfg.max_tool_output_chars,
+        )
+        traj.messages.extend(messages)
+        t = time.perf_counter()
+        prompt = chat.prompt_ids(messages)
+        self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
+        self._append(traj, prompt, "prompt")
+        traj.prompt_length = len(prompt)
+        max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
+
+        for turn in range(max_turns):
+            budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(traj.token_ids))
+            if budget <= 0:
+                raise _Stop(StopReason.MAX_TOKENS)
+            traj.info["state"] = str(EpisodeState.GENERATING)
+            t = time.perf_counter()
+            try:
+                gen = await self.llm.generate(
+                    traj.token_ids,
+                    replace(cfg.sampling, max_tokens=budget),
+                    session_id=traj.episode_id,
+                )
+            except LLMError as e:
+                raise _Stop(StopReason.LLM_ERROR, str(e)) from e
+            self._add(traj.metrics, "generate_time_s", time.perf_counter() - t)
+            if len(gen.logprobs) != len(gen.token_ids):
+                raise _Stop(
+                    StopReason.LLM_ERROR,
+                    f"server returned {len(gen.token_ids)} tokens but {len(gen.logprobs)} logprobs",
+                )
+            start = len(traj.token_ids)
+            traj.token_ids.extend(gen.token_ids)
+            traj.loss_mask.extend([1] * len(gen.token_ids))
+            traj.rollout_logprobs.extend(gen.logprobs)
+            versions = gen.weight_versions or [0] * len(gen.token_ids)
+            if len(versions) != len(gen.token_ids):
+                raise _Stop(StopReason.LLM_ERROR, "weight_versions and token_ids differ in length")
+            traj.weight_versions.extend(versions)
+            span = TurnSpan(start, len(traj.token_ids), "model")
+            traj.spans.append(span)
+            traj.num_turns = turn + 1
+
+            text = chat.content_of(gen.token_ids)
+            parsed = self.parser.parse(text)
+            action = Action(
+                text=text,
+                content=parsed.content,
+                tool_calls=parsed.tool_calls,
+                finish_reason=gen.finish_reason,
+                parse_errors=parsed.errors,
+            )
+            traj.messages.append(action.to_message())
+            if gen.finish_reason != "stop" or not gen.token_ids:
+                # Cut by the token budget (or aborted): the turn is incomplete.
+                raise _Stop(StopReason.MAX_TOKENS)
+            if gen.token_ids[-1] != chat.eot_id:
+                # Stopped on another stop token: close the turn as the template would,
+                # with tokens the model did not sample (masked out).
+                self._append(traj, [chat.eot_id], "observation")
+
+            if action.tool_calls or action.parse_errors:
+                traj.info["state"] = str(EpisodeState.PROCESSING_TOOLS)
+                t = time.perf_counter()
+                result = await executor.run(action.tool_calls, action.parse_errors)
+                self._add(traj.metrics, "tool_time_s", time.perf_counter() - t)
+                for k, v in result.metrics.items():
+                    self._add(traj.metrics, k, v)
+                action = replace(action, tool_results=tuple(result.messages))
+
+            step = await self._env_call(traj, env.step, action)
+            if not isinstance(step, StepResult):
+                raise _Stop(
+                    StopReason.ENV_ERROR,
+                    f"env.step must return agentrl.StepResult, got {type(step).__name__}",
+                )
+            span.reward = float(step.reward)
+            for k, v in step.metrics.items():
+                self._add(traj.metrics, k, float(v))
+            traj.info.update(step.info)
+            new = [*action.tool_results, *_as_messages(list(step.observation), "env.step")]
+            traj.messages.extend(new)
+            if step.terminated:
+                raise _Stop(StopReason.DONE)
+            if step.truncated:
+                raise _Stop(StopReason.TRUNCATED)
+            t = time.perf_counter()
+            try:
+                delta = chat.delta_ids(new)
+            except TemplateError as e:
+                raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
+            self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
+            self._append(traj, delta, "observation")
+            if len(traj.token_ids) >= cfg.max_total_tokens:
+                raise _Stop(StopReason.MAX_TOKENS)
+        raise _Stop(StopReason.MAX_TURNS)

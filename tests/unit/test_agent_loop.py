@@ -1,0 +1,269 @@
+"""AgentLoop: exact trajectories, budgets, and failures that end one episode with a reason."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from agentrl import Action, Env, Message, SamplingParams, StepResult, StopReason
+from agentrl.llm import Generation, LLMError
+from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig, TemplateError
+from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
+from agentrl.tools import tool
+
+
+class AddEnv(Env):
+    """Asks for a sum; the model may call `add`; reward 1 for the right final answer."""
+
+    def reset(self, task, *, seed=None):
+        self.a, self.b = task["a"], task["b"]
+        return [Message.system("Use tools."), Message.user(f"What is {self.a}+{self.b}?")]
+
+    @tool
+    def add(self, a: int, b: int) -> int:
+        """Adds two integers.
+
+        Args:
+            a: First addend.
+            b: Second addend.
+        """
+        return a + b
+
+    def tools(self):
+        return [self.add]
+
+    def step(self, action: Action) -> StepResult:
+        m = re.search(r"ANSWER (\d+)", action.content)
+        if m:
+            return StepResult(reward=float(int(m.group(1)) == self.a + self.b), terminated=True)
+        return StepResult()
+
+
+def tool_then_answer(prompt: str) -> str:
+    """A scripted policy: call `add` first, then answer with what the tool said."""
+    responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.S)
+    if not responses:
+        a, b = re.findall(r"What is (\d+)\+(\d+)\?", prompt)[0]
+        return f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
+    return f"ANSWER {responses[-1]}"
+
+
+async def test_tool_episode_records_exact_tokens_mask_and_logprobs(tokenizer):
+    llm = ScriptedLLM(TextPolicy(tokenizer, tool_then_answer))
+    loop = AgentLoop(llm, tokenizer)
+    traj = await loop.run(AddEnv(), {"a": 17, "b": 25}, episode_id="e0")
+
+    assert traj.stop_reason == StopReason.DONE, traj.error
+    assert traj.reward == 1.0 and traj.num_turns == 2
+    traj.validate()
+    # The ids equal the template's rendering of the whole conversation, tools included.
+    chat = ChatTokenizer(tokenizer, tools=[AddEnv().add.schema()])
+    full = chat.encode(chat.render(traj.messages))
+    assert traj.token_ids == full[: len(traj.token_ids)]
+    assert [m.role for m in traj.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert traj.messages[3].content == "42"
+    # loss_mask is 1 exactly on the two sampled turns, and each model span ends with eos.
+    model_spans = [s for s in traj.spans if s.kind == "model"]
+    assert len(model_spans) == 2
+    masked = [i for i, m in enumerate(traj.loss_mask) if m]
+    assert masked == [i for s in model_spans for i in range(s.start, s.end)]
+    assert all(traj.token_ids[s.end - 1] == tokenizer.eos_token_id for s in model_spans)
+    # The second request's prompt is the whole history: prompt, turn 1, tool delta.
+    assert llm.requests[1] == traj.token_ids[: model_spans[1].start]
+    # Logprobs are the server's, aligned to the sampled tokens; 0 elsewhere.
+    for i in masked:
+        assert traj.rollout_logprobs[i] == fake_logprob(traj.token_ids[i], i)
+    assert all(traj.rollout_logprobs[i] == 0.0 for i in range(len(traj)) if i not in masked)
+    assert traj.turn_rewards == [(model_spans[0].end - 1, 0.0), (model_spans[1].end - 1, 1.0)]
+    assert traj.metrics["tool_calls"] == 1
+
+
+async def test_malformed_tool_call_becomes_a_tool_message_not_a_crash(tokenizer):
+    replies = iter(["<tool_call>{not json</tool_call>", "ANSWER 3"])
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: next(replies)))
+    traj = await AgentLoop(llm, tokenizer).run(AddEnv(), {"a": 1, "b": 2})
+    assert traj.stop_reason == StopReason.DONE and traj.reward == 1.0
+    tool_msgs = [m for m in traj.messages if m.role == "tool"]
+    assert len(tool_msgs) == 1 and "JSON" in tool_msgs[0].content
+    assert traj.metrics["tool_parse_errors"] == 1
+    # The model saw the error in its next prompt.
+    assert "JSON" in tokenizer.decode(llm.requests[1])
+
+
+class Raising(Env):
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.closed = False
+
+    def reset(self, task, *, seed=None):
+        if self.where == "reset":
+            raise RuntimeError("reset exploded")
+        return "hi"
+
+    def step(self, action):
+        raise ValueError("step exploded")
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("where", ["reset", "step"])
+async def test_env_error_ends_episode_with_traceback(tokenizer, where):
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "ok"))
+    env = Raising(where)
+    traj = await AgentLoop(llm, tokenizer).run(env, {})
+    assert traj.stop_reason == StopReason.ENV_ERROR
+    assert f"{where} exploded" in traj.error and "Traceback" in traj.error
+    assert env.closed
+
+
+class TupleStep(Env):
+    def reset(self, task, *, seed=None):
+        return "hi"
+
+    def step(self, action):
+        return ([], 1.0, True, False, {})
+
+
+async def test_step_returning_a_tuple_is_an_env_error_naming_stepresult(tokenizer):
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "ok"))
+    traj = await AgentLoop(llm, tokenizer).run(TupleStep(), {})
+    assert traj.stop_reason == StopReason.ENV_ERROR
+    assert "StepResult" in traj.error and "tuple" in traj.error
+
+
+class Forever(Env):
+    max_turns = 100
+
+    def reset(self, task, *, seed=None):
+        return [Message.user("talk")]
+
+    def step(self, action):
+        return StepResult(observation=[Message.user("more")], reward=0.5)
+
+
+async def test_turn_budget(tokenizer):
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "words"))
+    traj = await AgentLoop(llm, tokenizer, LoopConfig(max_turns=3)).run(Forever(), {})
+    assert traj.stop_reason == StopReason.MAX_TURNS
+    assert traj.num_turns == 3 and traj.reward == 1.5
+
+
+async def test_generation_budget_shrinks_as_context_grows(tokenizer):
+    class Recording(ScriptedLLM):
+        budgets: list[int] = []
+
+        async def generate(self, prompt_ids, params, *, session_id=None):
+            self.budgets.append(params.max_tokens)
+            return await super().generate(prompt_ids, params, session_id=session_id)
+
+    llm = Recording(TextPolicy(tokenizer, lambda _: "a b c d e f g h i j"))
+    cfg = LoopConfig(max_turns=50, max_total_tokens=120, max_tokens_per_turn=64)
+    traj = await AgentLoop(llm, tokenizer, cfg).run(Forever(), {})
+    assert traj.stop_reason == StopReason.MAX_TOKENS
+    assert len(traj) <= 120
+    assert llm.budgets[0] == 64
+    assert llm.budgets[-1] < llm.budgets[-2] < 64
+    assert all(b == min(64, 120 - len(p)) for b, p in zip(llm.budgets, llm.requests, strict=True))
+
+
+async def test_cut_turn_ends_with_max_tokens(tokenizer):
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "word " * 100))
+    cfg = LoopConfig(max_tokens_per_turn=8)
+    traj = await AgentLoop(llm, tokenizer, cfg).run(Forever(), {})
+    assert traj.stop_reason == StopReason.MAX_TOKENS
+    assert traj.num_model_tokens == 8 and traj.num_turns == 1
+
+
+class SlowStep(Env):
+    def reset(self, task, *, seed=None):
+        return "hi"
+
+    async def step(self, action):
+        await asyncio.sleep(30)
+        return StepResult(terminated=True)
+
+
+async def test_episode_timeout(tokenizer):
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "x"))
+    t = time.monotonic()
+    traj = await AgentLoop(llm, tokenizer, LoopConfig(episode_timeout_s=0.3)).run(SlowStep(), {})
+    assert traj.stop_reason == StopReason.TIMEOUT
+    assert time.monotonic() - t < 5
+
+
+class BlockingSync(Env):
+    def reset(self, task, *, seed=None):
+        return "hi"
+
+    def step(self, action):
+        time.sleep(0.3)  # a sync env that blocks
+        return StepResult(terminated=True)
+
+
+async def test_sync_env_does_not_block_the_event_loop(tokenizer):
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "x"))
+    ticks = 0
+
+    async def heartbeat():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    hb = asyncio.create_task(heartbeat())
+    traj = await AgentLoop(llm, tokenizer).run(BlockingSync(), {})
+    hb.cancel()
+    assert traj.stop_reason == StopReason.DONE
+    # Had step run on the loop thread, the heartbeat could not have ticked during it.
+    assert ticks >= 10
+
+
+async def test_server_failure_is_llm_error(tokenizer):
+    class Down:
+        async def generate(self, prompt_ids, params, *, session_id=None) -> Generation:
+            raise LLMError("all servers down")
+
+    traj = await AgentLoop(Down(), tokenizer).run(Forever(), {})
+    assert traj.stop_reason == StopReason.LLM_ERROR and "all servers down" in traj.error
+
+
+async def test_logprob_count_mismatch_is_refused(tokenizer):
+    class Broken:
+        async def generate(self, prompt_ids, params, *, session_id=None) -> Generation:
+            return Generation([1, 2, tokenizer.eos_token_id], [-0.1], "stop")
+
+    traj = await AgentLoop(Broken(), tokenizer).run(Forever(), {})
+    assert traj.stop_reason == StopReason.LLM_ERROR and "logprobs" in traj.error
+
+
+def test_loop_refuses_a_template_that_is_not_prefix_consistent(tokenizer):
+    from tests.unit.test_rollout_tokenization import _think_stripping
+
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "x"))
+    with pytest.raises(TemplateError, match="not prefix-consistent"):
+        AgentLoop(llm, _think_stripping(tokenizer))
+    # Explicit opt-out is possible.
+    AgentLoop(llm, _think_stripping(tokenizer), LoopConfig(check_template=False))
+
+
+async def test_sampling_params_are_passed_through_with_the_turn_budget(tokenizer):
+    seen: list[SamplingParams] = []
+
+    class Recording(ScriptedLLM):
+        async def generate(self, prompt_ids, params, *, session_id=None):
+            seen.append(params)
+            return await super().generate(prompt_ids, params, session_id=session_id)
+
+    cfg = LoopConfig(
+        sampling=SamplingParams(temperature=0.7, top_p=0.9, seed=3), max_tokens_per_turn=33
+    )
+    await AgentLoop(Recording(TextPolicy(tokenizer, lambda _: "x")), tokenizer, cfg).run(
+        Forever(), {}, episode_id="ep-1"
+    )
+    assert seen and all(
+        (p.temperature, p.top_p, p.seed, p.max_tokens) == (0.7, 0.9, 3, 33) for p in seen
+    )

@@ -1,0 +1,81 @@
+"""Delta tokenization and the template consistency check."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.rollout.consistency import check_chat_template, synthetic_conversations
+from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
+from agentrl.types import Message, ToolCall
+
+
+def test_deltas_add_up_to_the_full_rendering(tokenizer):
+    chat = ChatTokenizer(tokenizer)
+    call = ToolCall("python", {"code": "print(1+1)"}, id="call_0")
+    conv = [
+        Message.user("What is 1+1?"),
+        Message.assistant("", (call,)),
+        Message.tool("2", tool_call_id="call_0", name="python"),
+    ]
+    ids = chat.prompt_ids(conv[:1])
+    # The model's turn as sampled: the template's assistant text, ending with eos.
+    asst = chat.render(conv[:2])[len(chat.render(conv[:1], add_generation_prompt=True)) :]
+    asst = asst[: asst.rindex("<|im_end|>") + len("<|im_end|>")]
+    ids += chat.encode(asst)
+    ids += chat.delta_ids(conv[2:])
+    assert ids == chat.encode(chat.render(conv, add_generation_prompt=True))
+    # The delta starts with what the template writes after eos ("\n") and ends with
+    # the next generation prompt.
+    assert chat.delta_text(conv[2:]).startswith("\n<|im_start|>user\n<tool_response>\n2")
+    assert chat.delta_text(conv[2:]).endswith("<|im_start|>assistant\n")
+
+
+def test_delta_cost_does_not_depend_on_history(tokenizer):
+    chat = ChatTokenizer(tokenizer)
+    # The delta of a message is computed against a fixed base, so it is the same
+    # whatever came before it.
+    assert chat.delta_ids([Message.user("again")]) == chat.delta_ids([Message.user("again")])
+    assert chat.delta_text([]) == "\n<|im_start|>assistant\n"
+
+
+def test_tokenizer_without_chat_template_is_refused(tokenizer):
+    bare = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>")
+    bare.chat_template = None
+    with pytest.raises(TemplateError, match="no chat_template"):
+        ChatTokenizer(bare)
+
+
+def test_agentrl_template_is_prefix_consistent(tokenizer):
+    report = check_chat_template(tokenizer)
+    assert report.ok, report.summary()
+    assert len(report.results) == len(synthetic_conversations())
+
+
+def _think_stripping(tokenizer):
+    """A copy of the tokenizer whose template drops <think> blocks of earlier turns (as Qwen3's)."""
+    tok = tokenizer.__class__(
+        tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>"
+    )
+    strip = (
+        "{%- set c = message.content or '' %}"
+        "{%- if message.role == 'assistant' and not loop.last and '</think>' in c %}"
+        "{%- set c = c.split('</think>')[-1] %}{%- endif %}"
+    )
+    tok.chat_template = (
+        "{%- for message in messages %}" + strip + "{{- '<|im_start|>' + message.role + '\\n' + c"
+        " + '<|im_end|>\\n' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    return tok
+
+
+def test_check_reports_a_template_that_rewrites_history(tokenizer):
+    report = check_chat_template(_think_stripping(tokenizer))
+    assert not report.ok
+    bad = report.results["reasoning blocks over several turns"]
+    first_bad = next(t for t in bad if not t.ok)
+    assert first_bad.mismatch_at > 0
+    assert "expected" in first_bad.diff and "<think>" in first_bad.diff
+    # Conversations without reasoning blocks are unaffected by this template's quirk.
+    assert all(t.ok for t in report.results["env feedback as user turns"])
+    assert "prefix-consistent: NO" in report.summary()
