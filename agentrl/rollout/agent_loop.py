@@ -72,7 +72,7 @@ class LoopConfig:
     check_template: bool = True
 
 
-class _Stop(Exception):  # noqa: N818 - control flow, not an error
+class _Stop(Exception):
     def __init__(self, reason: StopReason, error: str | None = None) -> None:
         self.reason = reason
         self.error = error

@@ -92,10 +92,16 @@ class RolloutRunner:
     ) -> list[Trajectory]:
         task_id = _task_id(task, index)
         group_id = f"{batch}:{task_id}"
-        seeds = [None if seed is None else seed + index * self.group_size + k for k in range(self.group_size)]
+        seeds = [
+            None if seed is None else seed + index * self.group_size + k
+            for k in range(self.group_size)
+        ]
         return list(
             await asyncio.gather(
-                *(self._episode(task, task_id, group_id, k, seeds[k]) for k in range(self.group_size))
+                *(
+                    self._episode(task, task_id, group_id, k, seeds[k])
+                    for k in range(self.group_size)
+                )
             )
         )
 

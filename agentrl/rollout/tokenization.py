@@ -51,8 +51,9 @@ class ChatTokenizer:
     def __init__(self, tokenizer: Any, tools: Sequence[dict[str, Any]] = ()) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise TemplateError(
-                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat_template; "
-                "set one (tokenizer.chat_template = ...) or use a chat/instruct model"
+                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no "
+                "chat_template; set one (tokenizer.chat_template = ...) "
+                "or use a chat/instruct model"
             )
         self.tokenizer = tokenizer
         self.tools = list(tools)

@@ -153,11 +153,11 @@ async def test_turn_budget(tokenizer):
 
 
 async def test_generation_budget_shrinks_as_context_grows(tokenizer):
-    class Recording(ScriptedLLM):
-        budgets: list[int] = []
+    budgets: list[int] = []
 
+    class Recording(ScriptedLLM):
         async def generate(self, prompt_ids, params, *, session_id=None):
-            self.budgets.append(params.max_tokens)
+            budgets.append(params.max_tokens)
             return await super().generate(prompt_ids, params, session_id=session_id)
 
     llm = Recording(TextPolicy(tokenizer, lambda _: "a b c d e f g h i j"))
@@ -165,9 +165,9 @@ async def test_generation_budget_shrinks_as_context_grows(tokenizer):
     traj = await AgentLoop(llm, tokenizer, cfg).run(Forever(), {})
     assert traj.stop_reason == StopReason.MAX_TOKENS
     assert len(traj) <= 120
-    assert llm.budgets[0] == 64
-    assert llm.budgets[-1] < llm.budgets[-2] < 64
-    assert all(b == min(64, 120 - len(p)) for b, p in zip(llm.budgets, llm.requests, strict=True))
+    assert budgets[0] == 64
+    assert budgets[-1] < budgets[-2] < 64
+    assert all(b == min(64, 120 - len(p)) for b, p in zip(budgets, llm.requests, strict=True))
 
 
 async def test_cut_turn_ends_with_max_tokens(tokenizer):

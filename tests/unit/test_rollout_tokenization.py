@@ -53,9 +53,7 @@ def test_agentrl_template_is_prefix_consistent(tokenizer):
 
 def _think_stripping(tokenizer):
     """A copy of the tokenizer whose template drops <think> blocks of earlier turns (as Qwen3's)."""
-    tok = tokenizer.__class__(
-        tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>"
-    )
+    tok = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>")
     strip = (
         "{%- set c = message.content or '' %}"
         "{%- if message.role == 'assistant' and not loop.last and '</think>' in c %}"

@@ -1,0 +1,176 @@
+"""Tool-call parsers: model text → (content, tool calls, errors), one per model family.
+
+Example:
+    >>> out = get_parser("hermes").parse(
+    ...     'Let me add.\\n<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    ... )
+    >>> out.content, out.tool_calls[0].name, out.tool_calls[0].arguments, out.tool_calls[0].id
+    ('Let me add.', 'add', {'a': 1}, 'call_0')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from agentrl.types import ToolCall
+
+__all__ = [
+    "HermesToolCallParser",
+    "ParsedOutput",
+    "ToolCallParser",
+    "get_parser",
+    "parser_names",
+    "register_parser",
+    "render_tool_call",
+]
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """What a parser found in one assistant turn.
+
+    Attributes:
+        content: The text with tool-call markup removed (stripped).
+        tool_calls: Well-formed calls in order, with ids ``call_0``, ``call_1``, …
+        errors: One message per malformed call, in order, meant for the model to read.
+    """
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class ToolCallParser(Protocol):
+    """Finds tool calls in a model's decoded text."""
+
+    def parse(self, text: str) -> ParsedOutput:
+        """Parses one assistant turn; never raises on malformed calls (they go to ``errors``)."""
+        ...
+
+
+def _snippet(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class HermesToolCallParser:
+    """Hermes / Qwen2.5 format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+
+    ``arguments`` may be an object or a JSON string holding one; it may be left
+    out for a call without arguments. Whitespace around the JSON is ignored.
+
+    Args:
+        start_tag: Opening tag.
+        end_tag: Closing tag.
+    """
+
+    def __init__(self, start_tag: str = "<tool_call>", end_tag: str = "</tool_call>") -> None:
+        self.start_tag = start_tag
+        self.end_tag = end_tag
+        self._usage = f'use {start_tag}{{"name": ..., "arguments": {{...}}}}{end_tag}'
+
+    def parse(self, text: str) -> ParsedOutput:
+        content: list[str] = []
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        pos = 0
+        n = 0  # 1-based index of the call block, well-formed or not, for error messages
+        while (start := text.find(self.start_tag, pos)) != -1:
+            content.append(text[pos:start])
+            n += 1
+            body_start = start + len(self.start_tag)
+            end = text.find(self.end_tag, body_start)
+            next_start = text.find(self.start_tag, body_start)
+            if end == -1 or (next_start != -1 and next_start < end):
+                stop = len(text) if next_start == -1 else next_start
+                body = text[body_start:stop]
+                errors.append(
+                    f"tool call {n}: no closing {self.end_tag} after "
+                    f"{self.start_tag}{_snippet(body)}; {self._usage}"
+                )
+                pos = stop
+                continue
+            body = text[body_start:end]
+            pos = end + len(self.end_tag)
+            call_or_error = self._parse_body(body, len(calls))
+            if isinstance(call_or_error, ToolCall):
+                calls.append(call_or_error)
+            else:
+                errors.append(f"tool call {n}: {call_or_error}; {self._usage}")
+        content.append(text[pos:])
+        return ParsedOutput("".join(content).strip(), tuple(calls), tuple(errors))
+
+    def _parse_body(self, body: str, index: int) -> ToolCall | str:
+        """A ToolCall, or the reason ``body`` is not one."""
+        try:
+            obj: Any = json.loads(body)
+        except json.JSONDecodeError as e:
+            return f"invalid JSON ({e.msg} at char {e.pos}): {_snippet(body)}"
+        if not isinstance(obj, dict):
+            return f"expected a JSON object, got {type(obj).__name__}"
+        name = obj.get("name")
+        if not isinstance(name, str) or not name.strip():
+            return 'missing "name" (a non-empty string)'
+        args: Any = obj.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as e:
+                return f'"arguments" string is not valid JSON ({e.msg} at char {e.pos})'
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return f'"arguments" must be a JSON object, got {type(args).__name__}'
+        return ToolCall(name=name.strip(), arguments=args, id=f"call_{index}")
+
+
+def render_tool_call(call: ToolCall) -> str:
+    """The Hermes markup of ``call``, as agentrl's chat template writes it.
+
+    Example:
+        >>> render_tool_call(ToolCall("add", {"a": 1}))
+        '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    """
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    return f'<tool_call>{{"name": {json.dumps(call.name)}, "arguments": {args}}}</tool_call>'
+
+
+_PARSERS: dict[str, Callable[[], ToolCallParser]] = {
+    "hermes": HermesToolCallParser,
+    "qwen": HermesToolCallParser,
+}
+
+
+def register_parser(name: str, factory: Callable[[], ToolCallParser]) -> None:
+    """Makes ``get_parser(name)`` return ``factory()`` (for another model family).
+
+    Raises:
+        ValueError: ``name`` is taken.
+    """
+    if name in _PARSERS:
+        raise ValueError(f"a tool-call parser named {name!r} is already registered")
+    _PARSERS[name] = factory
+
+
+def parser_names() -> tuple[str, ...]:
+    """The registered parser names."""
+    return tuple(sorted(_PARSERS))
+
+
+def get_parser(name: str) -> ToolCallParser:
+    """A new parser for the model family ``name`` (e.g. "hermes").
+
+    Raises:
+        ValueError: Unknown name; the message lists the valid ones.
+    """
+    try:
+        factory = _PARSERS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown tool-call parser {name!r}; valid: {', '.join(parser_names())}"
+        ) from None
+    return factory()
