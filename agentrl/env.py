@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from agentrl.types import Action, Message, StepResult
@@ -55,7 +55,7 @@ class Env:
 
     def reset(
         self, task: Mapping[str, Any], *, seed: int | None = None
-    ) -> Sequence[Message] | str:
+    ) -> Sequence[Message] | str | Awaitable[Sequence[Message] | str]:
         """Starts an episode on ``task`` and returns the first messages.
 
         Args:
@@ -67,7 +67,7 @@ class Env:
         """
         raise NotImplementedError
 
-    def step(self, action: Action) -> StepResult:
+    def step(self, action: Action) -> StepResult | Awaitable[StepResult]:
         """Takes the model's turn and returns reward, termination and new messages."""
         raise NotImplementedError
 
@@ -75,5 +75,5 @@ class Env:
         """Tools the model may call in this episode (``agentrl.tools.Tool`` objects)."""
         return ()
 
-    def close(self) -> None:
+    def close(self) -> None | Awaitable[None]:
         """Releases the episode's resources; called once per episode, even after an error."""

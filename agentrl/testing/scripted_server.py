@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
 from agentrl.llm import Generation, SamplingParams
 
 __all__ = [
@@ -179,9 +182,6 @@ def _free_port(host: str) -> int:
 
 def make_app(policy: ScriptedPolicy, requests: list[dict[str, Any]] | None = None) -> Any:
     """The FastAPI app serving ``policy``; every request body is appended to ``requests``."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     app = FastAPI(title="agentrl scripted inference server")
 
     @app.get("/health")

@@ -1,0 +1,221 @@
+"""The run configuration: typed, documented, strict — the single source of truth.
+
+YAML files in ``configs/`` are presets of this schema; command-line overrides
+(``trainer.optim.lr=1e-6 rollout.group_size=16``) are applied on top. Unknown
+keys are errors that name the key and suggest the nearest valid one.
+
+Example:
+    >>> cfg = load_config(None, ["rollout.group_size=4"])
+    >>> cfg.rollout.group_size
+    4
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentrl.trainer.config import TrainerConfig
+
+__all__ = [
+    "ConfigError",
+    "EvalConfig",
+    "InferenceConfig",
+    "ModelConfig",
+    "OrchestrationConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    """Which policy to train."""
+
+    path: str | None = Field(
+        None, description="HF model directory or hub id; None builds/uses the tiny default model."
+    )
+    tiny_seed: int = Field(0, description="Seed of the tiny default model (when path is None).")
+
+
+class InferenceConfig(_Strict):
+    """The vLLM servers that generate rollouts."""
+
+    num_servers: int = Field(1, ge=1, description="Local vLLM servers to launch.")
+    urls: list[str] = Field(
+        default_factory=list, description="Attach to these running servers instead of launching."
+    )
+    max_model_len: int = Field(4096, gt=0, description="Context length the servers accept.")
+    kv_cache_gb: float = Field(2.0, gt=0, description="KV cache per server, GiB (CPU build).")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="GPU build only.")
+    startup_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for readiness.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Timeout of one generate call.")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Extra command-line arguments for each vLLM server."
+    )
+
+
+class RolloutConfig(_Strict):
+    """How episodes are sampled."""
+
+    tasks_per_step: int = Field(8, ge=1, description="Tasks (groups) per training step.")
+    group_size: int = Field(8, ge=1, description="Episodes per task (G of GRPO).")
+    max_turns: int = Field(4, ge=1, description="Most model turns per episode.")
+    max_total_tokens: int = Field(1024, gt=0, description="Context budget of one episode.")
+    max_tokens_per_turn: int = Field(256, gt=0, description="Most tokens of one model turn.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    episode_timeout_s: float = Field(300.0, gt=0, description="Wall-clock budget per episode.")
+    max_concurrency: int = Field(256, ge=1, description="Most episodes in flight.")
+    tool_timeout_s: float = Field(10.0, gt=0, description="Timeout of one tool call.")
+    max_tool_output_chars: int = Field(1024, gt=0, description="Tool output cut length.")
+
+
+class OrchestrationConfig(_Strict):
+    """How generation and training interleave."""
+
+    mode: Literal["sync", "one_step_off", "fully_async"] = Field(
+        "sync",
+        description="sync: generate then train; one_step_off: generate batch n+1 while "
+        "training on n; fully_async: a stream of episodes with a staleness bound.",
+    )
+    max_staleness: int = Field(
+        1, ge=0, description="fully_async: most weight versions a trained episode may lag."
+    )
+    partial_rollout: bool = Field(
+        True, description="fully_async: keep in-flight episodes across a weight sync."
+    )
+    oversample: float = Field(
+        1.0, ge=1.0, description="Tasks sampled per step × this, to refill filtered groups."
+    )
+    dynamic_filter: bool = Field(
+        False, description="Drop groups whose rewards are all equal (DAPO), counted."
+    )
+    buffer_size: int = Field(64, ge=1, description="fully_async: most groups waiting to train.")
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation."""
+
+    num_tasks: int = Field(64, ge=1, description="Held-out tasks per evaluation.")
+    every: int = Field(0, ge=0, description="Evaluate every N steps (0: only before and after).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature for evaluation.")
+    samples_per_task: int = Field(1, ge=1, description="k of pass@k.")
+
+
+class RunConfig(_Strict):
+    """One training run."""
+
+    env: str = Field("retool", description="Env name, pkg.module:Class or file.py:Class.")
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the env's constructor."
+    )
+    tasks: str | None = Field(
+        None, description="Task file (parquet/jsonl); None uses the env's built-in generator."
+    )
+    steps: int = Field(20, ge=0, description="Training steps.")
+    seed: int = Field(0, description="Seed of the run (tasks, sampling, trainer).")
+    output_dir: str = Field("runs", description="Parent directory of run directories.")
+    run_name: str | None = Field(None, description="Run directory name (default: timestamp).")
+    save_every: int = Field(10, ge=1, description="Checkpoint every N steps.")
+    wandb: Literal["offline", "online", "disabled"] = Field(
+        "offline", description="Weights & Biases mode."
+    )
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
+    inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Servers.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling.")
+    orchestration: OrchestrationConfig = Field(
+        default_factory=OrchestrationConfig, description="Generation/training interleaving."
+    )
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key."""
+
+
+def _paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    out = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        out.append(path)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _paths(ann, path + ".")
+    return out
+
+
+def _suggest(key: str) -> str:
+    paths = _paths(RunConfig)
+    leaf = key.rsplit(".", 1)[-1]
+    root = key.split(".", 1)[0]
+    # A valid key with the same name in another section beats a near spelling.
+    same_leaf = [p for p in paths if p.rsplit(".", 1)[-1] == leaf]
+    same_leaf.sort(key=lambda p: p.split(".", 1)[0] != root)
+    close = same_leaf[:3] or difflib.get_close_matches(key, paths, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"unknown key '{key}'{_suggest(key)}")
+        else:
+            lines.append(f"'{key}': {e['msg']} (got {e.get('input')!r})")
+    return "invalid config: " + "; ".join(lines)
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"cannot set '{dotted}': '{p}' is not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Reads a YAML preset (optional), applies ``key.sub=value`` overrides, validates.
+
+    Raises:
+        ConfigError: An unknown key (with the nearest valid one), a bad value, or a
+            malformed override; raised before anything starts.
+    """
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        loaded = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top")
+        tree = loaded
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        _set(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_explain(e)) from None
+
+
+def dump_config(cfg: RunConfig, path: str | Path) -> None:
+    """Writes the resolved config as YAML (every field, defaults included)."""
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
