@@ -1,0 +1,236 @@
+r"""RetoolEnv: math with a sandboxed Python interpreter; reward from the final ``\boxed{}`` answer.
+
+One episode: the model may call the ``python`` tool any number of turns (the
+AgentLoop runs the calls and appends their results); the first turn with a
+``\boxed{…}`` answer ends the episode and is scored against the task's label.
+A turn with neither a tool call nor an answer ends it with reward 0.
+
+The sandbox is started on the first tool call (episodes that never run code
+never start one) and closed in :meth:`RetoolEnv.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+# agentrl.builtin_tools is the repo's tools/ installed under that name; mypy sees tools/ as
+# `tools`, so it cannot follow this import.
+from agentrl.builtin_tools.python_interpreter import (  # type: ignore[import-not-found]
+    PythonInterpreter,
+)
+from agentrl.env import Env
+from agentrl.env_registry import register_env
+from agentrl.sandbox import SandboxPool, make_sandbox
+from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError
+from agentrl.types import Action, Message, StepResult
+
+from .data import RetoolTask, Split, generate_tasks, parse_task
+from .reward import extract_boxed, score
+
+__all__ = ["SYSTEM_PROMPT", "LazySandbox", "RetoolEnv"]
+
+_T = TypeVar("_T")
+
+SYSTEM_PROMPT = (
+    "Solve the math problem. You can run Python code with the `python` tool: it returns "
+    "what the program prints. Use it for any arithmetic you cannot do exactly in your head. "
+    "When you know the answer, write it as \\boxed{ANSWER}."
+)
+
+SandboxFactory = Callable[[], Sandbox | Awaitable[Sandbox]]
+
+
+class LazySandbox:
+    """A Sandbox that gets the real one on first use, and gives it back in :meth:`close`.
+
+    Args:
+        factory: Makes an unstarted Sandbox (or an awaitable of one); it is started
+            on first use and closed by :meth:`close`. Default: ``make_sandbox("local")``.
+        pool: Lend a warm sandbox from this pool instead (returned to it by :meth:`close`).
+    """
+
+    def __init__(
+        self, factory: SandboxFactory | None = None, *, pool: SandboxPool | None = None
+    ) -> None:
+        self._factory = factory or (lambda: make_sandbox("local"))
+        self._pool = pool
+        self._stack = contextlib.AsyncExitStack()
+        self._starting: asyncio.Task[Sandbox] | None = None
+        self._broken: SandboxError | None = None
+        self._closed = False
+
+    @property
+    def started(self) -> bool:
+        """Whether the real sandbox was requested (and not closed since)."""
+        return self._starting is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def _get(self) -> Sandbox:
+        if self._closed:
+            raise SandboxError("the sandbox of this episode is closed")
+        if self._starting is None:  # concurrent first calls share one start
+            self._starting = asyncio.ensure_future(self._make())
+        return await asyncio.shield(self._starting)
+
+    async def _make(self) -> Sandbox:
+        if self._pool is not None:
+            return await self._stack.enter_async_context(self._pool.acquire())
+        made = self._factory()
+        sandbox = await made if inspect.isawaitable(made) else made
+        self._stack.push_async_callback(sandbox.close)
+        await sandbox.start()
+        return sandbox
+
+    async def _call(self, fn: Callable[[Sandbox], Awaitable[_T]]) -> _T:
+        try:
+            return await fn(await self._get())
+        except SandboxError as e:  # the sandbox itself failed: a pool must not lend it again
+            self._broken = e
+            raise
+
+    async def start(self) -> None:
+        await self._get()
+
+    async def close(self) -> None:
+        """Closes (or returns to the pool) the real sandbox if one was started; idempotent."""
+        self._closed = True
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            with contextlib.suppress(Exception):  # a failed start leaves only the stack to unwind
+                await starting
+        err = self._broken
+        if err is None:
+            await self._stack.aclose()
+        else:
+            await self._stack.__aexit__(type(err), err, err.__traceback__)
+
+    async def __aenter__(self) -> LazySandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout_s: float | None = None,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._call(lambda sb: sb.exec(cmd, timeout_s=timeout_s, stdin=stdin, env=env))
+
+    async def run_code(
+        self, code: str, *, language: str = "python", timeout_s: float | None = None
+    ) -> ExecResult:
+        return await self._call(
+            lambda sb: sb.run_code(code, language=language, timeout_s=timeout_s)
+        )
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        await self._call(lambda sb: sb.write_file(path, data))
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._call(lambda sb: sb.read_file(path))
+
+
+@register_env("retool")
+class RetoolEnv(Env):
+    """ReTool-style math with a ``python`` tool.
+
+    Args:
+        sandbox_factory: Makes the episode's (unstarted) Sandbox; default: a LocalSandbox.
+        sandbox_pool: Lend the episode's sandbox from this pool instead.
+        format_reward: Added for a well-formed ``\\boxed{}`` answer, right or wrong (0: off).
+        system_prompt: Sent first unless the task's prompt has its own system message.
+        code_timeout_s: Wall-clock limit of one code run (None: the sandbox's limit).
+    """
+
+    name = "retool"
+    max_turns = 8
+
+    def __init__(
+        self,
+        *,
+        sandbox_factory: SandboxFactory | None = None,
+        sandbox_pool: SandboxPool | None = None,
+        format_reward: float = 0.0,
+        system_prompt: str = SYSTEM_PROMPT,
+        code_timeout_s: float | None = 10.0,
+    ) -> None:
+        self.format_reward = float(format_reward)
+        self.system_prompt = system_prompt
+        self.code_timeout_s = code_timeout_s
+        self._factory = sandbox_factory
+        self._pool = sandbox_pool
+        self._new_sandbox()
+        self.task: RetoolTask | None = None
+        self._tool_calls = 0
+
+    def _new_sandbox(self) -> None:
+        self.sandbox = LazySandbox(self._factory, pool=self._pool)
+        self._python = PythonInterpreter(self.sandbox, timeout_s=self.code_timeout_s)
+
+    @staticmethod
+    def default_tasks(
+        split: Split | str = Split.TRAIN, n: int = 1024, seed: int = 0
+    ) -> list[dict[str, Any]]:
+        """Generated tasks (see :func:`agentrl.envs.retool.data.generate_tasks`)."""
+        return generate_tasks(n, split=split, seed=seed)
+
+    def example_task(self) -> dict[str, Any]:
+        """One task, for ``agentrl.testing.check_env``."""
+        return generate_tasks(1, seed=0)[0]
+
+    def reset(self, task: Mapping[str, Any], *, seed: int | None = None) -> list[Message]:
+        """Validates the task row and returns the system + prompt messages."""
+        self.task = parse_task(task, source=f"task {task.get('id', '?')!r}")
+        self._tool_calls = 0
+        if self.sandbox.closed:  # reused after close(): the next tool call gets a new sandbox
+            self._new_sandbox()
+        msgs = list(self.task.messages)
+        if self.system_prompt and not any(m.role == "system" for m in msgs):
+            msgs.insert(0, Message.system(self.system_prompt))
+        return msgs
+
+    def tools(self) -> Sequence[Any]:
+        return (self._python,)
+
+    def step(self, action: Action) -> StepResult:
+        """Ends on a boxed answer (scored) or on a turn without tool calls (reward 0)."""
+        if self.task is None:
+            raise RuntimeError("RetoolEnv.step called before reset")
+        text = action.content or action.text
+        calls = len(action.tool_calls) + len(action.parse_errors)
+        self._tool_calls += calls
+        info: dict[str, Any] = {"answer": self.task.answer}
+        if extract_boxed(text) is not None:
+            s = score(text, self.task.answer, format_reward=self.format_reward)
+            info.update(reason="answered", pred=s.pred, correct=s.correct)
+            return StepResult(
+                reward=s.reward, terminated=True, metrics=self._metrics(s.correct, True), info=info
+            )
+        if calls:
+            return StepResult(metrics={"tool_calls_in_turn": float(calls)})
+        info.update(reason="no_answer", pred=None, correct=False)
+        return StepResult(
+            reward=0.0, terminated=True, metrics=self._metrics(False, False), info=info
+        )
+
+    def _metrics(self, correct: bool, has_answer: bool) -> dict[str, float]:
+        return {
+            "correct": float(correct),
+            "has_answer": float(has_answer),
+            "tool_calls": float(self._tool_calls),
+        }
+
+    async def close(self) -> None:
+        """Closes the episode's sandbox, if one was started."""
+        await self.sandbox.close()
