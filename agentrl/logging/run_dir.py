@@ -1,0 +1,154 @@
+"""The run directory: resolved config, metrics, trajectories, checkpoints, final model.
+
+Layout::
+
+    RUN_DIR/
+      config.yaml            the resolved config (every field)
+      metrics.jsonl          one JSON object per step (and per eval)
+      trajectories/step_000001.parquet   every episode of the step, columnar
+      checkpoints/step_000010/           trainer + run state (atomic)
+      final_model/           a plain HF model directory
+      curve.png              reward and eval success vs step
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentrl.types import Message, StopReason, Trajectory, TurnSpan
+
+__all__ = ["RunDir", "read_trajectories", "write_trajectories"]
+
+_SCHEMA = pa.schema(
+    [
+        ("episode_id", pa.string()),
+        ("task_id", pa.string()),
+        ("group_id", pa.string()),
+        ("token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("rollout_logprobs", pa.list_(pa.float32())),
+        ("weight_versions", pa.list_(pa.int32())),
+        ("prompt_length", pa.int32()),
+        ("spans", pa.string()),
+        ("reward", pa.float64()),
+        ("stop_reason", pa.string()),
+        ("num_turns", pa.int32()),
+        ("messages", pa.string()),
+        ("metrics", pa.string()),
+        ("info", pa.string()),
+        ("error", pa.string()),
+    ]
+)
+
+
+def _json(x: Any) -> str:
+    return json.dumps(x, default=str, separators=(",", ":"))
+
+
+def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
+    """Writes trajectories to a parquet file (zstd), one row per episode."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in _SCHEMA}
+    for t in trajs:
+        cols["episode_id"].append(t.episode_id)
+        cols["task_id"].append(t.task_id)
+        cols["group_id"].append(t.group_id)
+        cols["token_ids"].append(t.token_ids)
+        cols["loss_mask"].append(t.loss_mask)
+        cols["rollout_logprobs"].append(t.rollout_logprobs)
+        cols["weight_versions"].append(t.weight_versions)
+        cols["prompt_length"].append(t.prompt_length)
+        cols["spans"].append(_json([[s.start, s.end, s.kind, s.reward] for s in t.spans]))
+        cols["reward"].append(t.reward)
+        cols["stop_reason"].append(str(t.stop_reason))
+        cols["num_turns"].append(t.num_turns)
+        cols["messages"].append(_json([m.to_dict() for m in t.messages]))
+        cols["metrics"].append(_json(t.metrics))
+        cols["info"].append(_json(t.info))
+        cols["error"].append(t.error)
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.table(cols, schema=_SCHEMA), tmp, compression="zstd")
+    tmp.replace(path)
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    """Reads a file written by :func:`write_trajectories` back into Trajectory objects."""
+    rows = pq.read_table(path).to_pylist()
+    out = []
+    for r in rows:
+        out.append(
+            Trajectory(
+                task_id=r["task_id"],
+                group_id=r["group_id"],
+                episode_id=r["episode_id"],
+                token_ids=list(r["token_ids"]),
+                loss_mask=list(r["loss_mask"]),
+                rollout_logprobs=list(r["rollout_logprobs"]),
+                weight_versions=list(r["weight_versions"]),
+                prompt_length=r["prompt_length"],
+                spans=[TurnSpan(a, b, k, w) for a, b, k, w in json.loads(r["spans"])],
+                reward=r["reward"],
+                stop_reason=StopReason(r["stop_reason"]),
+                messages=[Message.from_dict(m) for m in json.loads(r["messages"])],
+                num_turns=r["num_turns"],
+                metrics=json.loads(r["metrics"]),
+                info=json.loads(r["info"]),
+                error=r["error"],
+            )
+        )
+    return out
+
+
+class RunDir:
+    """Owns one run's directory.
+
+    Args:
+        path: The directory (created if missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        for sub in ("trajectories", "checkpoints"):
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def final_model(self) -> Path:
+        return self.path / "final_model"
+
+    def log(self, step: int, metrics: Mapping[str, Any], *, kind: str = "train") -> None:
+        """Appends one line to metrics.jsonl (non-finite floats written as null)."""
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in metrics.items()
+        }
+        line = _json({"step": step, "kind": kind, "time": time.time(), **clean})
+        with self.metrics_file.open("a") as f:
+            f.write(line + "\n")
+
+    def metrics(self) -> Iterator[dict[str, Any]]:
+        """The lines of metrics.jsonl."""
+        if self.metrics_file.exists():
+            for line in self.metrics_file.read_text().splitlines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def save_trajectories(self, step: int, trajs: Sequence[Trajectory]) -> Path:
+        path = self.path / "trajectories" / f"step_{step:06d}.parquet"
+        write_trajectories(trajs, path)
+        return path

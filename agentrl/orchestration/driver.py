@@ -1,0 +1,307 @@
+"""The training driver: sync, one-step-off and fully-async interleaving of generation and training.
+
+* ``sync``: generate a batch, train on it, push the weights; repeat.
+* ``one_step_off``: generate batch n+1 (with the weights of step n-1) while
+  training on batch n; push the weights between batches.
+* ``fully_async``: a producer keeps episodes running and puts finished groups in
+  a bounded buffer; the trainer takes a batch when enough is there. The producer
+  may not start a group more than ``max_staleness`` weight versions ahead of the
+  trainer. With ``partial_rollout`` a weight sync freezes in-flight requests
+  (pause mode ``keep``) and they continue on the new weights; every token records
+  the version that produced it.
+
+Nothing is dropped silently: every discarded episode or group is counted with
+its reason in the step's metrics (``discard/<reason>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentrl.config import OrchestrationConfig
+from agentrl.orchestration.tasks import TaskStream
+from agentrl.rollout.runner import RolloutRunner
+from agentrl.types import StopReason, Trajectory
+
+__all__ = ["Driver", "StepOutput", "TrainerLike", "select_groups"]
+
+# Episodes that ended for reasons that are not the policy's doing are not trained on.
+_NOT_TRAINABLE = {
+    StopReason.ENV_ERROR,
+    StopReason.LLM_ERROR,
+    StopReason.INTERNAL_ERROR,
+    StopReason.TOKENIZATION_ERROR,
+    StopReason.ABORTED,
+}
+
+
+class TrainerLike(Protocol):
+    """What the driver needs of a trainer."""
+
+    def step(self, trajectories: list[Trajectory]) -> dict[str, float]: ...
+
+    def state_dict_for_inference(self) -> dict[str, Any]: ...
+
+
+SyncWeights = Callable[[dict[str, Any], str], Awaitable[int]]
+"""``await sync(weights, pause_mode) -> new weight version``."""
+
+
+def select_groups(
+    groups: Sequence[list[Trajectory]], *, dynamic_filter: bool, min_group: int = 1
+) -> tuple[list[list[Trajectory]], Counter[str]]:
+    """Drops untrainable episodes and (optionally) uninformative groups, counting why.
+
+    Returns:
+        The kept groups and a counter of ``episode:<stop reason>`` and ``group:<reason>``.
+    """
+    kept: list[list[Trajectory]] = []
+    why: Counter[str] = Counter()
+    for g in groups:
+        ok = [t for t in g if t.stop_reason not in _NOT_TRAINABLE]
+        for t in g:
+            if t.stop_reason in _NOT_TRAINABLE:
+                why[f"episode:{t.stop_reason}"] += 1
+        if len(ok) < min_group or not ok:
+            why["group:too_few_episodes"] += 1
+            continue
+        if dynamic_filter and len({t.reward for t in ok}) == 1:
+            why["group:zero_reward_std"] += 1
+            continue
+        kept.append(ok)
+    return kept, why
+
+
+@dataclass
+class StepOutput:
+    """One training step's data and numbers."""
+
+    step: int
+    trajectories: list[Trajectory]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Driver:
+    """Runs training steps in one of the three modes.
+
+    Args:
+        runner: Runs the G episodes of a task.
+        trainer: Updates the policy on a batch of trajectories.
+        sync_weights: Pushes weights to the inference servers, returns the new version.
+        stream: Where tasks come from (resumable).
+        config: Mode and its knobs.
+        tasks_per_step: Groups per training step.
+        seed: Base seed of episode sampling.
+        stop: When set, the driver finishes the current step and returns.
+    """
+
+    def __init__(
+        self,
+        runner: RolloutRunner,
+        trainer: TrainerLike,
+        sync_weights: SyncWeights,
+        stream: TaskStream,
+        config: OrchestrationConfig,
+        *,
+        tasks_per_step: int,
+        seed: int = 0,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        self.runner = runner
+        self.trainer = trainer
+        self.sync_weights = sync_weights
+        self.stream = stream
+        self.config = config
+        self.tasks_per_step = tasks_per_step
+        self.seed = seed
+        self.stop = stop or asyncio.Event()
+        self.version = 0
+        self.step = 0
+        self._min_group = 2 if runner.group_size > 1 else 1
+
+    # ------------------------------------------------------------------ shared pieces
+
+    async def _group(self, index: int, task: Any) -> list[Trajectory]:
+        return await self.runner.run_group(
+            task, index=index, seed=self.seed * 1_000_003 + index * 97, tag=f"i{index}"
+        )
+
+    async def _collect(self) -> tuple[list[list[Trajectory]], list[int], Counter[str], float]:
+        """Generates until ``tasks_per_step`` kept groups (oversampling, bounded rounds)."""
+        t0 = time.perf_counter()
+        kept: list[list[Trajectory]] = []
+        why: Counter[str] = Counter()
+        used: list[int] = []
+        n = math.ceil(self.tasks_per_step * self.config.oversample)
+        for _ in range(4):
+            batch = self.stream.take(n)
+            used += [i for i, _ in batch]
+            groups = await asyncio.gather(*(self._group(i, t) for i, t in batch))
+            k, w = select_groups(
+                groups, dynamic_filter=self.config.dynamic_filter, min_group=self._min_group
+            )
+            kept += k
+            why += w
+            if len(kept) >= self.tasks_per_step or not self.config.dynamic_filter:
+                break
+            n = self.tasks_per_step - len(kept)
+        if len(kept) > self.tasks_per_step:
+            why["group:surplus"] += len(kept) - self.tasks_per_step
+            kept = kept[: self.tasks_per_step]
+        return kept, used, why, time.perf_counter() - t0
+
+    async def _train(self, groups: list[list[Trajectory]]) -> tuple[dict[str, float], float]:
+        t0 = time.perf_counter()
+        trajs = [t for g in groups for t in g]
+        metrics = await asyncio.to_thread(self.trainer.step, trajs) if trajs else {}
+        return dict(metrics), time.perf_counter() - t0
+
+    async def _push(self, mode: str) -> float:
+        t0 = time.perf_counter()
+        weights = await asyncio.to_thread(self.trainer.state_dict_for_inference)
+        self.version = await self.sync_weights(weights, mode)
+        return time.perf_counter() - t0
+
+    def _output(
+        self,
+        groups: list[list[Trajectory]],
+        metrics: dict[str, float],
+        why: Counter[str],
+        times: dict[str, float],
+    ) -> StepOutput:
+        self.step += 1
+        trajs = [t for g in groups for t in g]
+        out = dict(metrics)
+        out.update({f"discard/{k}": float(v) for k, v in why.items()})
+        out.update({f"time/{k}": v for k, v in times.items()})
+        out["weight_version"] = float(self.version)
+        out["groups"] = float(len(groups))
+        versions = [
+            v for t in trajs for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
+        ]
+        if versions:
+            out["staleness/max"] = float(self.version - min(versions))
+            out["staleness/mean"] = float(self.version - sum(versions) / len(versions))
+        for key in ("tool_time_s", "generate_time_s", "env_time_s"):
+            total = sum(t.metrics.get(key, 0.0) for t in trajs)
+            out[f"episode_sum/{key}"] = total
+        return StepOutput(self.step, trajs, out)
+
+    # ------------------------------------------------------------------ modes
+
+    async def run(self, steps: int) -> Any:
+        """Yields a :class:`StepOutput` after each step until ``steps`` or ``stop``."""
+        mode = self.config.mode
+        if mode == "sync":
+            return self._sync(steps)
+        if mode == "one_step_off":
+            return self._one_step_off(steps)
+        return self._fully_async(steps)
+
+    async def _sync(self, steps: int) -> Any:
+        while self.step < steps and not self.stop.is_set():
+            groups, used, why, t_gen = await self._collect()
+            metrics, t_train = await self._train(groups)
+            t_sync = await self._push("wait")
+            self.stream.mark_done(used)
+            yield self._output(
+                groups, metrics, why, {"generate": t_gen, "train": t_train, "sync": t_sync}
+            )
+
+    async def _one_step_off(self, steps: int) -> Any:
+        pending: asyncio.Task[Any] | None = asyncio.create_task(self._collect())
+        trained = False
+        try:
+            while self.step < steps and not self.stop.is_set() and pending is not None:
+                t0 = time.perf_counter()
+                groups, used, why, t_gen = await pending
+                t_wait = time.perf_counter() - t0
+                t_sync = await self._push("wait") if trained else 0.0
+                last = self.step + 1 >= steps
+                pending = None if last else asyncio.create_task(self._collect())
+                metrics, t_train = await self._train(groups)
+                trained = True
+                self.stream.mark_done(used)
+                times = {
+                    "generate": t_gen,
+                    "wait_generate": t_wait,
+                    "train": t_train,
+                    "sync": t_sync,
+                }
+                yield self._output(groups, metrics, why, times)
+            if trained:
+                await self._push("wait")
+        finally:
+            if pending is not None:
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+
+    async def _fully_async(self, steps: int) -> Any:
+        cfg = self.config
+        buffer: asyncio.Queue[tuple[int, list[Trajectory]]] = asyncio.Queue(cfg.buffer_size)
+        can_start = asyncio.Condition()
+        started = 0
+        in_flight: set[asyncio.Task[None]] = set()
+
+        def allowed() -> bool:
+            # At most (trained steps + 1 + max_staleness) batches ever started: a
+            # group starts at most max_staleness versions before it is trained.
+            return started < (self.step + 1 + cfg.max_staleness) * self.tasks_per_step
+
+        async def one(index: int, task: Any) -> None:
+            group = await self._group(index, task)
+            await buffer.put((index, group))
+
+        async def produce() -> None:
+            nonlocal started
+            while True:
+                async with can_start:
+                    await can_start.wait_for(allowed)
+                index, task = self.stream.next()
+                started += 1
+                t = asyncio.create_task(one(index, task))
+                in_flight.add(t)
+                t.add_done_callback(in_flight.discard)
+
+        producer = asyncio.create_task(produce())
+        mode = "keep" if cfg.partial_rollout else "wait"
+        try:
+            while self.step < steps and not self.stop.is_set():
+                t0 = time.perf_counter()
+                kept: list[list[Trajectory]] = []
+                used: list[int] = []
+                why: Counter[str] = Counter()
+                while len(kept) < self.tasks_per_step:
+                    index, group = await buffer.get()
+                    used.append(index)
+                    k, w = select_groups(
+                        [group], dynamic_filter=cfg.dynamic_filter, min_group=self._min_group
+                    )
+                    kept += k
+                    why += w
+                t_wait = time.perf_counter() - t0
+                metrics, t_train = await self._train(kept)
+                t_sync = await self._push(mode)
+                self.stream.mark_done(used)
+                out = self._output(
+                    kept, metrics, why, {"wait_buffer": t_wait, "train": t_train, "sync": t_sync}
+                )
+                async with can_start:
+                    can_start.notify_all()
+                out.metrics["buffer_groups"] = float(buffer.qsize())
+                yield out
+        finally:
+            producer.cancel()
+            for t in list(in_flight):
+                t.cancel()
+            await asyncio.gather(producer, *in_flight, return_exceptions=True)
+            # Groups finished but not trained stay outstanding in the stream: a resumed
+            # run hands their tasks out again.
