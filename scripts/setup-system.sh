@@ -5,6 +5,10 @@ need=()
 for pkg in "$@"; do :; done
 command -v unshare >/dev/null || need+=(util-linux)
 command -v prlimit >/dev/null || need+=(util-linux)
+# LocalSandbox: the sandbox sees only the system's /usr, so run_code("python") needs the
+# Debian python3 (not a venv's or pyenv's), and its tests use ps.
+[ -x /usr/bin/python3 ] || need+=(python3)
+command -v ps >/dev/null || need+=(procps)
 if ((${#need[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq

@@ -1,1 +1,45 @@
-"""agentrl.sandbox."""
+"""agentrl.sandbox: isolated places to run model-written code (DESIGN.md §3).
+
+``make_sandbox("local", limits=SandboxLimits(...))`` builds a backend by name;
+``SandboxPool(lambda: make_sandbox("local"), size=8)`` keeps warm ones ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxLimits
+from agentrl.sandbox.local import LocalSandbox
+from agentrl.sandbox.pool import SandboxPool
+
+__all__ = [
+    "SANDBOX_KINDS",
+    "ExecResult",
+    "LocalSandbox",
+    "Sandbox",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxPool",
+    "make_sandbox",
+    "register_sandbox",
+]
+
+#: kind -> constructor; backends register themselves here (e.g. "docker").
+SANDBOX_KINDS: dict[str, Callable[..., Sandbox]] = {"local": LocalSandbox}
+
+
+def register_sandbox(kind: str, factory: Callable[..., Sandbox]) -> None:
+    """Makes ``make_sandbox(kind, ...)`` build sandboxes with ``factory``."""
+    SANDBOX_KINDS[kind] = factory
+
+
+def make_sandbox(kind: str, **kwargs: Any) -> Sandbox:
+    """Builds a (not yet started) sandbox of a registered kind with the given arguments."""
+    try:
+        factory = SANDBOX_KINDS[kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown sandbox kind {kind!r}; valid kinds: {', '.join(sorted(SANDBOX_KINDS))}"
+        ) from None
+    return factory(**kwargs)

@@ -1,0 +1,355 @@
+"""In-namespace helper of LocalSandbox: builds the sandbox's filesystem, then serves requests.
+
+Runs as pid 1 of fresh pid/mount/ipc/uts(/net) namespaces (started by ``unshare``), as
+root; every command it runs first drops to the sandbox's unprivileged uid. Standalone
+(stdlib only): LocalSandbox runs it by path with ``python -I -S``; nothing imports it.
+
+Protocol on stdin/stdout: frames of a 4-byte big-endian length + a JSON object; the first
+frame is the config, then one reply per request, in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+import traceback
+from typing import Any
+
+WORKDIR = "/workspace"
+SCRATCH = ("/workspace", "/tmp", "/dev/shm")
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+MNT_DETACH = 2
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
+ETC_FILES = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
+    "ssl", "ca-certificates", "mime.types", "python3", "python3.11", "python3.12", "bash.bashrc",
+    "profile", "inputrc", "magic",
+)  # fmt: skip
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class PathError(Exception):
+    """A file path outside the working directory."""
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str = "") -> None:
+    enc = lambda s: s.encode() if s else None  # noqa: E731 - tiny local encoder
+    _check(libc.mount(enc(src), dst.encode(), enc(fstype), flags, enc(data)), f"mount {dst}")
+
+
+def bind(src: str, dst: str, *, ro: bool = True, flags: int = MS_NOSUID | MS_NODEV) -> None:
+    if os.path.isdir(src):
+        os.makedirs(dst, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "a").close()
+    mount(src, dst, None, MS_BIND | MS_REC)
+    mount(None, dst, None, MS_BIND | MS_REMOUNT | flags | (MS_RDONLY if ro else 0))
+
+
+def build_root(cfg: dict[str, Any]) -> None:
+    """Builds a minimal read-only system view plus a size-limited scratch disk, and enters it."""
+    root, uid, gid = cfg["root"], cfg["uid"], cfg["gid"]
+    for cg in cfg["cgroups"]:  # join the sandbox's cgroups before anything else runs
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write("0")
+    # a memory bomb should kill the code, not the helper (some hosts forbid lowering it)
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write("-1000")
+    socket.sethostname("sandbox")
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
+    bind("/usr", root + "/usr")
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        src = "/" + name
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), root + src)
+        elif os.path.isdir(src):
+            bind(src, root + src)
+    etc = root + "/etc"
+    os.makedirs(etc)
+    for name in ETC_FILES:
+        if os.path.exists("/etc/" + name):
+            bind("/etc/" + name, f"{etc}/{name}")
+    files = {
+        "passwd": f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}::{WORKDIR}:/bin/sh\n",
+        "group": f"root:x:0:\nsandbox:x:{gid}:\n",
+        "hostname": "sandbox\n",
+        "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
+    }
+    for name, text in files.items():
+        with open(f"{etc}/{name}", "w") as f:
+            f.write(text)
+    dev = root + "/dev"
+    os.makedirs(dev)
+    for name in DEV_NODES:
+        if os.path.exists("/dev/" + name):
+            bind("/dev/" + name, f"{dev}/{name}", ro=False, flags=MS_NOSUID)
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"{dev}/{name}")
+    os.symlink("/proc/self/fd", dev + "/fd")
+    disk = root + "/.disk"  # one tmpfs holds the workdir, /tmp and /dev/shm: one disk bound
+    os.makedirs(disk)
+    inodes = max(4096, cfg["disk_mb"] * 256)  # millions of empty files cost kernel memory too
+    opts = f"size={cfg['disk_mb']}m,nr_inodes={inodes},mode=755"
+    mount("tmpfs", disk, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+    for path in SCRATCH:
+        os.makedirs(disk + path)
+        if path == WORKDIR:
+            os.chown(disk + path, uid, gid)
+        else:
+            os.chmod(disk + path, 0o1777)
+        bind(disk + path, root + path, ro=False)
+    _check(libc.umount2(disk.encode(), MNT_DETACH), "umount scratch staging")
+    os.rmdir(disk)
+    for path in cfg["ro_binds"]:
+        bind(path, root + path)
+    os.makedirs(root + "/proc")
+    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    try:  # hidepid: the code sees its own processes, not the helper
+        mount("proc", root + "/proc", "proc", proc_flags, "hidepid=2")
+    except OSError:
+        mount("proc", root + "/proc", "proc", proc_flags)
+    enter_root(root)
+    mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def enter_root(root: str) -> None:
+    """pivot_root into ``root`` and detaches the host's tree (chroot where pivot_root fails)."""
+    os.chdir(root)
+    os.makedirs(".old")
+    if SYS_PIVOT_ROOT is not None and libc.syscall(SYS_PIVOT_ROOT, b".", b".old") == 0:
+        os.chroot(".")
+        _check(libc.umount2(b"/.old", MNT_DETACH), "umount old root")
+    else:
+        os.chroot(".")
+    os.rmdir("/.old")
+    os.chdir("/")
+
+
+def kill_all(main_pid: int, status: int | None) -> int | None:
+    """SIGKILLs every other process of the pid namespace and reaps them; returns main's status."""
+    while True:
+        with contextlib.suppress(ProcessLookupError):  # as pid 1: all in this namespace but us
+            os.kill(-1, signal.SIGKILL)
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return status
+        if pid == main_pid:
+            status = st
+
+
+def child(req: dict[str, Any], cfg: dict[str, Any], fds: tuple[int, int, int]) -> None:
+    """Runs in the forked child: limits, drop privileges, exec. Never returns."""
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, 1 << 16)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        for name, value in cfg["rlimits"].items():
+            soft, hard = value if isinstance(value, list) else (value, value)
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        os.chdir(req.get("cwd") or WORKDIR)
+        for cap in range(64):  # empty the bounding set: nothing exec'd can regain a capability
+            if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                break
+        os.setgroups([])
+        os.setgid(cfg["gid"])
+        os.setuid(cfg["uid"])
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        os.execvpe(req["argv"][0], req["argv"], req["env"])
+    except BaseException as e:
+        os.write(2, f"sandbox: cannot run {req['argv'][0]!r}: {e}\n".encode())
+    os._exit(127)
+
+
+def run(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Runs one command to completion or timeout, then kills everything it left behind."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    if req.get("stdin") is not None:
+        in_fd = os.memfd_create("stdin")
+        os.write(in_fd, base64.b64decode(req["stdin"]))
+        os.lseek(in_fd, 0, os.SEEK_SET)
+    else:
+        in_fd = os.open("/dev/null", os.O_RDONLY)
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        child(req, cfg, (in_fd, out_w, err_w))
+    for fd in (in_fd, out_w, err_w):
+        os.close(fd)
+    limit = int(req["max_output"])
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    dropped = {out_r: 0, err_r: 0}
+    pidfd = os.pidfd_open(pid)
+    sel = selectors.DefaultSelector()
+    for fd in (out_r, err_r, pidfd):
+        sel.register(fd, selectors.EVENT_READ)
+    deadline = start + float(req["timeout"])
+    status: int | None = None
+    timed_out = False
+
+    def take(fd: int) -> bool:
+        data = os.read(fd, 1 << 16)
+        room = max(0, limit - len(bufs[fd]))
+        bufs[fd] += data[:room]
+        dropped[fd] += len(data) - min(room, len(data))
+        return bool(data)
+
+    while status is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        for key, _ in sel.select(left):
+            if key.fd == pidfd:
+                status = os.waitpid(pid, 0)[1]
+            elif not take(key.fd):
+                sel.unregister(key.fd)
+    sel.close()
+    os.close(pidfd)
+    status = kill_all(pid, status)
+    for fd in (out_r, err_r):  # every writer is dead now: read to EOF
+        while take(fd):
+            pass
+        os.close(fd)
+    code = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+    return {
+        "ok": True,
+        "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
+        "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
+        "dropped": [dropped[out_r], dropped[err_r]],
+        "exit_code": code,
+        "timed_out": timed_out,
+    }
+
+
+def resolve(path: str) -> str:
+    full = os.path.realpath(os.path.join(WORKDIR, path))
+    if full != WORKDIR and not full.startswith(WORKDIR + "/"):
+        raise PathError(f"path {path!r} resolves to {full!r}, outside the working directory")
+    return full
+
+
+def write_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    full = resolve(req["path"])
+    parent = os.path.dirname(full)
+    made = []
+    while not os.path.isdir(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    for d in reversed(made):
+        os.mkdir(d)
+        os.chown(d, cfg["uid"], cfg["gid"])
+    full = resolve(req["path"])
+    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, base64.b64decode(req["data"]))
+        os.fchown(fd, cfg["uid"], cfg["gid"])
+    finally:
+        os.close(fd)
+    return {"ok": True}
+
+
+def read_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    full = resolve(req["path"])
+    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PathError(f"path {req['path']!r} is not a regular file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return {"ok": True, "data": base64.b64encode(b"".join(chunks)).decode()}
+
+
+def reset(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    kill_all(-1, None)
+    for path in SCRATCH:
+        for entry in os.scandir(path):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+    return {"ok": True}
+
+
+def serve(inp: Any, out: Any, cfg: dict[str, Any]) -> None:
+    ops = {"exec": run, "write": write_file, "read": read_file, "reset": reset}
+    ops["ping"] = lambda req, cfg: {"ok": True}
+    while True:
+        req = read_frame(inp)
+        if req is None or req.get("op") == "exit":
+            return
+        try:
+            reply = ops[req["op"]](req, cfg)
+        except PathError as e:
+            reply = {"ok": False, "kind": "path", "error": str(e)}
+        except OSError as e:
+            reply = {"ok": False, "kind": "os", "error": str(e)}
+        write_frame(out, reply)
+
+
+def read_frame(inp: Any) -> dict[str, Any] | None:
+    head = inp.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = struct.unpack(">I", head)
+    body: dict[str, Any] = json.loads(inp.read(n))
+    return body
+
+
+def write_frame(out: Any, obj: dict[str, Any]) -> None:
+    body = json.dumps(obj).encode()
+    out.write(struct.pack(">I", len(body)) + body)
+    out.flush()
+
+
+def main() -> None:
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    cfg = read_frame(inp)
+    if cfg is None:
+        return
+    try:
+        build_root(cfg)
+    except Exception as e:
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        msg = f"{type(e).__name__}: {e} (at {where.name}:{where.lineno}: {where.line})"
+        write_frame(out, {"ok": False, "kind": "setup", "error": msg})
+        return
+    write_frame(out, {"ok": True})
+    serve(inp, out, cfg)
+
+
+if __name__ == "__main__":
+    main()
