@@ -2,7 +2,6 @@
 # Installs the Debian packages agentrl's tests and sandboxes need. Idempotent.
 set -euo pipefail
 need=()
-for pkg in "$@"; do :; done
 command -v unshare >/dev/null || need+=(util-linux)
 command -v prlimit >/dev/null || need+=(util-linux)
 # LocalSandbox: the sandbox sees only the system's /usr, so run_code("python") needs the
