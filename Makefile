@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: install system lint typecheck unit integration test train bench clean
+.PHONY: install lint typecheck docker unit integration test train bench clean
 
 $(STAMP):
 	bash scripts/setup-system.sh
@@ -33,10 +33,13 @@ typecheck: install
 unit: install
 	$(BIN)/pytest -m "not integration and not gpu" $(PYTEST_ARGS)
 
-integration: install
+docker:
+	bash scripts/setup-docker.sh
+
+integration: install docker
 	$(BIN)/pytest -m "integration" $(PYTEST_ARGS)
 
-test: install lint typecheck
+test: install lint typecheck docker
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 train: install

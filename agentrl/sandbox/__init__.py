@@ -25,8 +25,17 @@ __all__ = [
     "register_sandbox",
 ]
 
-#: kind -> constructor; backends register themselves here (e.g. "docker").
-SANDBOX_KINDS: dict[str, Callable[..., Sandbox]] = {"local": LocalSandbox}
+
+
+def _docker(**kwargs: Any) -> Sandbox:
+    # Imported on use: the docker SDK is only needed by runs that choose this backend.
+    from agentrl.sandbox.docker import DockerSandbox
+
+    return DockerSandbox(**kwargs)
+
+
+#: kind -> constructor; backends register themselves here.
+SANDBOX_KINDS: dict[str, Callable[..., Sandbox]] = {"local": LocalSandbox, "docker": _docker}
 
 
 def register_sandbox(kind: str, factory: Callable[..., Sandbox]) -> None:

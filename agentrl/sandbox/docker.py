@@ -1,0 +1,605 @@
+"""DockerSandbox: model-written code in a hardened, disposable Docker container.
+
+Hardened by default: no network (``network_mode=none``), every capability dropped,
+``no-new-privileges``, commands run as uid 1000, a read-only root filesystem with two
+size-limited tmpfs volumes (``/workspace``, the working directory, and ``/tmp``), memory
+with swap equal to it (no swap), a CPU quota, a process-count limit, per-process CPU-time
+and file-size rlimits, and ``tini`` as pid 1 reaping orphans. The container's idle process
+runs as ``nobody`` so sandboxed code cannot kill it.
+
+Each exec runs under a small shell wrapper: ``timeout -s KILL`` in its own process group
+enforces the wall clock; when the command ends, the rest of its process group is killed, and
+(unless ``kill_background=False``) so is every other process of uid 1000 when no other exec
+is running (a shared ``flock`` marks running execs). The host keeps a second deadline and,
+past it, kills every uid-1000 process from a fresh exec; a sandbox that still does not answer
+is marked dead. Containers and volumes carry labels naming their owner, so
+:func:`reap_orphans` removes those a killed run left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import io
+import os
+import posixpath
+import select
+import socket
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self
+
+from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits
+
+__all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
+
+WORKDIR = "/workspace"
+UID = 1000  # every command runs as this user
+IDLE_UID = 65534  # the container's idle process: out of reach of uid 1000's signals
+LABEL = "agentrl.sandbox"
+RUN_ID = uuid.uuid4().hex[:12]  # this process's run, on every container it creates
+LANGUAGES: dict[str, list[str]] = {
+    "python": ["python3", "-c"],
+    "bash": ["bash", "-c"],
+    "sh": ["sh", "-c"],
+}
+DEFAULT_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": WORKDIR,
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+_GRACE_S = 5.0  # host-side slack past the in-container deadline
+_MIB = 1 << 20
+_DEFAULT_LIMITS = SandboxLimits()
+# argv: $1 timeout seconds, $2 kill_background (1/0), then the command. fd 9 holds a shared
+# flock on "/" while the command runs; a sweep (kill -1) needs the exclusive lock, so it
+# never hits another running exec. fd 8 keeps the exec's stdin for the background job.
+_WRAPPER = r"""t=$1; kb=$2; shift 2
+exec 8<&0 9</
+flock -s 9
+timeout -s KILL "$t" "$@" <&8 8<&- 9<&- &
+p=$!
+wait "$p"; rc=$?
+if [ "$kb" = 1 ]; then
+  kill -s KILL -- "-$p" 2>/dev/null
+  exec 9<&- 9</
+  flock -n -x 9 && kill -s KILL -- -1 2>/dev/null
+fi
+exit "$rc"
+"""
+_executor = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="docker-sb")
+
+
+def _proc_start(pid: int) -> str:
+    """The start time of process ``pid`` (to tell a live owner from a reused pid), or ''."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_labels(run_id: str = RUN_ID) -> dict[str, str]:
+    """Labels naming this process as the owner of a container or volume."""
+    pid = os.getpid()
+    return {
+        LABEL: "1",
+        "agentrl.run": run_id,
+        "agentrl.host": socket.gethostname(),
+        "agentrl.pid": str(pid),
+        "agentrl.pid_start": _proc_start(pid),
+    }
+
+
+def _owner_gone(labels: dict[str, str]) -> bool:
+    if labels.get("agentrl.host") != socket.gethostname():
+        return False  # another machine's engine user: not ours to judge
+    try:
+        pid = int(labels.get("agentrl.pid", ""))
+    except ValueError:
+        return True
+    start = _proc_start(pid)
+    return not start or start != labels.get("agentrl.pid_start")
+
+
+def reap_orphans(client: Any = None) -> int:
+    """Removes sandbox containers and volumes whose owning process (on this host) is gone.
+
+    Returns:
+        How many containers were removed.
+    """
+    from agentrl.sandbox.images import docker_client
+
+    client = client or docker_client()
+    n = 0
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        if _owner_gone(c.labels):
+            with contextlib.suppress(Exception):
+                c.remove(force=True, v=True)
+                n += 1
+    for v in client.volumes.list(filters={"label": f"{LABEL}=1"}):
+        if _owner_gone(v.attrs.get("Labels") or {}):
+            with contextlib.suppress(Exception):
+                v.remove(force=True)
+    return n
+
+
+def _add(tf: tarfile.TarFile, entries: list[tuple[str, bytes | None]]) -> None:
+    """Adds (name, data) pairs owned by uid 1000; data None is a directory."""
+    for name, data in entries:
+        info = tarfile.TarInfo(name)
+        info.uid = info.gid = UID
+        info.mtime = int(time.time())
+        if data is None:
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tf.addfile(info)
+        else:
+            info.size, info.mode = len(data), 0o644
+            tf.addfile(info, io.BytesIO(data))
+
+
+def _tar(entries: list[tuple[str, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        _add(tf, entries)
+    return buf.getvalue()
+
+
+class DockerSandbox:
+    """One hardened container; see the module docstring for the security model.
+
+    Args:
+        image: Image tag; None builds/uses ``agentrl/python`` (see ``agentrl.sandbox.images``).
+        limits: Resource limits (memory is the container's, with swap equal to it).
+        client: A docker SDK client; the local engine by default.
+        labels: Extra container labels (owner labels are always added).
+        run_id: Run id label; this process's by default.
+        cpus: CPU quota of the container.
+        network: Docker network when ``limits.network`` is True (an allowlist is a network
+            whose reachability you control); ignored otherwise (``none``).
+        kill_background: Kill processes a command leaves behind once it ends.
+        on_exec: Called (from a worker thread) with each exec's result, e.g. for metrics.
+    """
+
+    def __init__(
+        self,
+        image: str | None = None,
+        limits: SandboxLimits = _DEFAULT_LIMITS,
+        *,
+        client: Any = None,
+        labels: dict[str, str] | None = None,
+        run_id: str = RUN_ID,
+        cpus: float = 1.0,
+        network: str | None = None,
+        kill_background: bool = True,
+        on_exec: Callable[[ExecResult], None] | None = None,
+    ) -> None:
+        if limits.network and not network:
+            raise ValueError("limits.network=True needs network=<docker network name>")
+        self.image = image
+        self.limits = limits
+        self.cpus = cpus
+        self.network = network if limits.network else "none"
+        self.kill_background = kill_background
+        self._on_exec = on_exec
+        self._client = client
+        self._labels = {**(labels or {}), **owner_labels(run_id)}
+        self._container: Any = None
+        self._volumes: list[Any] = []
+        self._closed = False
+        self._lock = threading.Lock()
+        self.dead = False  # the engine or container failed; replace, do not reuse
+        self.started_s = 0.0  # seconds start() took (cold start)
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def container_id(self) -> str:
+        """The container's id ('' before start)."""
+        return str(self._container.id) if self._container is not None else ""
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
+
+    async def start(self) -> None:
+        """Creates and starts the container (and its two tmpfs volumes)."""
+        if self._container is not None:
+            return
+        if self._closed:
+            raise SandboxError("sandbox already closed")
+        await self._run(self._start_sync)
+
+    def _start_sync(self) -> None:
+        from agentrl.sandbox.images import docker_client, ensure_image
+
+        t0 = time.perf_counter()
+        self._client = self._client or docker_client()
+        self.image = self.image or ensure_image("python", client=self._client)
+        lim = self.limits
+        try:
+            work = self._volume(f"size={lim.max_disk_mb}m,mode=0755")
+            tmp = self._volume(f"size={max(16, lim.max_disk_mb // 4)}m,mode=1777")
+            from docker.types import Mount, Ulimit
+
+            container = self._client.containers.create(
+                self.image,
+                ["sleep", "infinity"],
+                init=True,
+                user=f"{IDLE_UID}:{IDLE_UID}",
+                working_dir=WORKDIR,
+                environment=DEFAULT_ENV,
+                hostname="sandbox",
+                labels=self._labels,
+                network_mode=self.network,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges:true"],
+                read_only=True,
+                mounts=[
+                    Mount(WORKDIR, work.name, type="volume"),
+                    Mount("/tmp", tmp.name, type="volume"),
+                ],
+                shm_size=f"{max(16, lim.max_disk_mb // 4)}m",
+                mem_limit=f"{lim.memory_mb}m",
+                memswap_limit=f"{lim.memory_mb}m",
+                nano_cpus=int(self.cpus * 1e9),
+                pids_limit=lim.max_processes,
+                ulimits=[
+                    Ulimit(name="cpu", soft=lim.cpu_time_s, hard=lim.cpu_time_s + 1),
+                    Ulimit(
+                        name="fsize",
+                        soft=lim.max_file_size_mb * _MIB,
+                        hard=lim.max_file_size_mb * _MIB,
+                    ),
+                    Ulimit(name="core", soft=0, hard=0),
+                    Ulimit(name="nofile", soft=1024, hard=1024),
+                ],
+            )
+            with self._lock:  # close() may have run meanwhile: then remove it here
+                self._container = container
+                if self._closed:
+                    raise SandboxError("closed while starting")
+            container.start()
+        except Exception as e:
+            self._close_sync()
+            raise SandboxError(f"could not start a container from {self.image!r}: {e}") from e
+        self.started_s = time.perf_counter() - t0
+
+    def _volume(self, opts: str) -> Any:
+        o = f"{opts},uid={UID},gid={UID},nosuid,nodev"
+        vol = self._client.volumes.create(
+            driver="local",
+            driver_opts={"type": "tmpfs", "device": "tmpfs", "o": o},
+            labels=self._labels,
+        )
+        with self._lock:
+            self._volumes.append(vol)
+            if self._closed:
+                raise SandboxError("closed while starting")
+        return vol
+
+    async def close(self) -> None:
+        """Removes the container and its volumes; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._run(self._close_sync)
+
+    def _close_sync(self) -> None:
+        with self._lock:
+            self._closed = True
+            container, volumes = self._container, self._volumes
+            self._volumes = []
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.remove(force=True, v=True)
+        for vol in volumes:
+            with contextlib.suppress(Exception):
+                vol.remove(force=True)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _require(self) -> str:
+        if self._container is None or self._closed:
+            raise SandboxError("sandbox is not started (or already closed)")
+        if self.dead:
+            raise SandboxError(f"sandbox {self._container.short_id} is dead; replace it")
+        return str(self._container.id)
+
+    async def reset(self) -> None:
+        """Kills every process of the code and empties ``/workspace``, ``/tmp``, ``/dev/shm``."""
+        self._require()
+        await self._run(self._reset_sync)
+
+    def _reset_sync(self) -> None:
+        # A plain exec (no wrapper): `kill -1` spares only its caller and uid-65534 pid 1.
+        cmd = (
+            "kill -s KILL -- -1 2>/dev/null; chmod -R u+rwx /workspace /tmp /dev/shm 2>/dev/null;"
+            " find /workspace /tmp /dev/shm -mindepth 1 -delete 2>/dev/null;"
+            ' [ -z "$(ls -A /workspace /tmp /dev/shm | grep -v :)" ]'
+        )
+        try:
+            code, out = self._container.exec_run(["sh", "-c", cmd], user=f"{UID}:{UID}")
+        except Exception as e:
+            code, out = -1, str(e).encode()
+        if code != 0:
+            self.dead = True
+            raise SandboxError(f"reset failed (exit {code}): {out[-500:]!r}")
+
+    async def healthy(self, timeout_s: float = 5.0) -> bool:
+        """Whether the container runs and answers a trivial exec within ``timeout_s``."""
+        try:
+            res = await asyncio.wait_for(self.exec(["true"], timeout_s=timeout_s), timeout_s + 1)
+        except (SandboxError, TimeoutError):
+            return False
+        return res.ok
+
+    # --------------------------------------------------------------------- exec
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout_s: float | None = None,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Runs ``cmd`` (a shell string or argv) as uid 1000 in ``/workspace``.
+
+        The whole process tree is killed at ``timeout_s`` (default ``limits.wall_timeout_s``);
+        exit code -N means killed by signal N; output past ``limits.max_output_bytes`` is cut.
+        """
+        self._require()
+        t = self.limits.wall_timeout_s if timeout_s is None else timeout_s
+        if t <= 0:
+            raise ValueError(f"timeout_s must be positive, got {t}")
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if not argv:
+            raise ValueError("empty command")
+        data = stdin.encode() if stdin is not None else None
+        result: ExecResult = await self._run(self._exec_sync, argv, t, data, env)
+        return result
+
+    def _exec_sync(
+        self, argv: list[str], t: float, stdin: bytes | None, env: dict[str, str] | None
+    ) -> ExecResult:
+        import docker.errors
+
+        api = self._client.api
+        t0 = time.perf_counter()
+        wrapped = ["sh", "-c", _WRAPPER, "agentrl-exec", f"{t:.3f}"]
+        wrapped += ["1" if self.kill_background else "0", *argv]
+        try:
+            ex = api.exec_create(
+                self._require(), wrapped, stdin=True, user=f"{UID}:{UID}",
+                workdir=WORKDIR, environment=env or None,
+            )  # fmt: skip
+            sock = api.exec_start(ex["Id"], socket=True)
+        except docker.errors.APIError as e:
+            self.dead = True
+            raise SandboxError(f"exec failed in sandbox: {e}") from e
+        raw = getattr(sock, "_sock", sock)
+        cap = self.limits.max_output_bytes
+        bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+        dropped = {1: 0, 2: 0}
+        try:
+            done = _pump(raw, stdin or b"", t0 + t + _GRACE_S, bufs, dropped, cap)
+            if not done:  # the in-container deadline failed: kill everything of uid 1000
+                self._kill_all()
+                done = _pump(raw, b"", time.perf_counter() + _GRACE_S, bufs, dropped, cap)
+            if not done:
+                self.dead = True
+                raise SandboxError(f"exec did not end {t + 2 * _GRACE_S:.0f}s after its start")
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+        code = None
+        for _ in range(50):
+            info = api.exec_inspect(ex["Id"])
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                code = int(info["ExitCode"])
+                break
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+        if code is None:
+            self.dead = True
+            raise SandboxError("exec ended without an exit code (container died?)")
+        timed_out = code == 137 and elapsed >= t - 0.05
+        if timed_out:
+            code = -9
+        elif 128 < code <= 128 + 64:
+            code = -(code - 128)  # the shell's convention for "killed by signal N"
+        result = ExecResult(
+            stdout=_decode(bufs[1], dropped[1]),
+            stderr=_decode(bufs[2], dropped[2]),
+            exit_code=code,
+            timed_out=timed_out,
+            duration_s=elapsed,
+        )
+        if self._on_exec is not None:
+            self._on_exec(result)
+        return result
+
+    def _kill_all(self) -> None:
+        with contextlib.suppress(Exception):
+            self._container.exec_run(["kill", "-s", "KILL", "--", "-1"], user=f"{UID}:{UID}")
+
+    async def run_code(
+        self, code: str, *, language: str = "python", timeout_s: float | None = None
+    ) -> ExecResult:
+        """Runs a snippet in a language of ``LANGUAGES`` (the code is passed as an argument)."""
+        if language not in LANGUAGES:
+            raise ValueError(f"unknown language {language!r}; known: {sorted(LANGUAGES)}")
+        return await self.exec([*LANGUAGES[language], code], timeout_s=timeout_s)
+
+    # -------------------------------------------------------------------- files
+    @staticmethod
+    def _check_path(path: str) -> str:
+        norm = posixpath.normpath(posixpath.join(WORKDIR, str(path)))
+        if "\0" in str(path) or not (norm == WORKDIR or norm.startswith(WORKDIR + "/")):
+            raise ValueError(f"path {path!r} is outside the sandbox working directory {WORKDIR}")
+        return norm
+
+    def _put(self, tar: bytes) -> None:
+        try:
+            ok = self._client.api.put_archive(self._require(), WORKDIR, tar)
+        except Exception as e:
+            raise SandboxError(f"copy into the sandbox failed: {e}") from e
+        if not ok:
+            raise SandboxError("copy into the sandbox failed")
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        """Writes a file under ``/workspace`` (parents created); other paths raise ValueError."""
+        rel = posixpath.relpath(self._check_path(path), WORKDIR)
+        if rel == ".":
+            raise ValueError("cannot write the working directory itself")
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        parts = rel.split("/")
+        entries: list[tuple[str, bytes | None]] = [
+            ("/".join(parts[:i]), None) for i in range(1, len(parts))
+        ]
+        await self._run(self._put, _tar([*entries, (rel, raw)]))
+
+    async def read_file(self, path: str) -> bytes:
+        """Reads a regular file under ``/workspace``; other paths (and links) raise ValueError."""
+        return await self._run(self._read_sync, self._check_path(path))
+
+    def _read_sync(self, path: str) -> bytes:
+        import docker.errors
+
+        try:
+            stream, _ = self._client.api.get_archive(self._require(), path)
+        except docker.errors.NotFound as e:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from e
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tf:
+            member = tf.next()
+            if member is None or not member.isfile():
+                raise ValueError(f"{path} is not a regular file")
+            f = tf.extractfile(member)
+            assert f is not None
+            return f.read()
+
+    async def upload(self, local: str | os.PathLike[str], dest: str = ".") -> None:
+        """Copies a host file or directory's contents to ``dest`` under ``/workspace``.
+
+        A file goes to ``dest`` (inside it, keeping its name, if ``dest`` is ``.`` or ends
+        with ``/``); a directory's contents go into directory ``dest``.
+        """
+        rel = posixpath.relpath(self._check_path(dest), WORKDIR)
+        into = rel == "." or str(dest).endswith("/")
+        tar = await self._run(_tar_upload, Path(local), rel, into)
+        await self._run(self._put, tar)
+
+    async def copy_dir_in(self, local_dir: str | os.PathLike[str], dest: str = ".") -> None:
+        """Copies the contents of host directory ``local_dir`` into ``dest`` (``/workspace``)."""
+        if not await self._run(Path(local_dir).is_dir):
+            raise NotADirectoryError(local_dir)
+        await self.upload(local_dir, dest)
+
+    async def download(self, path: str, local: str | os.PathLike[str]) -> Path:
+        """Copies a file or directory from ``/workspace`` into host directory ``local``.
+
+        The archive is extracted with tarfile's ``data`` filter (no absolute paths, no
+        ``..``, no links out, no device files), since its content is untrusted.
+        """
+        src = self._check_path(path)
+
+        def _get() -> Path:
+            import docker.errors
+
+            try:
+                stream, _ = self._client.api.get_archive(self._require(), src)
+            except docker.errors.NotFound as e:
+                raise FileNotFoundError(f"no such path in the sandbox: {src}") from e
+            out = Path(local)
+            out.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tf:
+                tf.extractall(out, filter="data")
+            return out / posixpath.basename(src)
+
+        return await self._run(_get)
+
+
+def _tar_upload(src: Path, rel: str, into: bool) -> bytes:
+    """A tar that puts host file/directory ``src`` at ``rel`` (see ``DockerSandbox.upload``)."""
+    if not src.exists():
+        raise FileNotFoundError(src)
+    if src.is_file() and into:
+        rel = posixpath.normpath(posixpath.join(rel, src.name))
+    parts = [] if rel == "." else rel.split("/")
+    parts = parts[:-1] if src.is_file() else parts
+
+    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = UID
+        info.uname = info.gname = ""
+        return info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        _add(tf, [("/".join(parts[:i]), None) for i in range(1, len(parts) + 1)])
+        if src.is_file():
+            tf.add(src, arcname=rel, filter=owned)
+        else:
+            for child in sorted(src.iterdir()):
+                arc = posixpath.join(rel, child.name) if rel != "." else child.name
+                tf.add(child, arcname=arc, filter=owned)
+    return buf.getvalue()
+
+
+def _decode(buf: bytearray, dropped: int) -> str:
+    text = buf.decode("utf-8", errors="replace")
+    return text + (f"\n[... output truncated: {dropped} more bytes]" if dropped else "")
+
+
+def _pump(
+    raw: Any,
+    stdin: bytes,
+    deadline: float,
+    bufs: dict[int, bytearray],
+    dropped: dict[int, int],
+    cap: int,
+) -> bool:
+    """Feeds stdin and demultiplexes docker's framed output until EOF (True) or the deadline."""
+    pending = bytearray()
+    stdin_open = True
+    poll = select.poll()
+    poll.register(raw, select.POLLIN | select.POLLOUT)
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        for _, ev in poll.poll(left * 1000):
+            if stdin_open and ev & select.POLLOUT:
+                if stdin:
+                    n = raw.send(stdin[: 1 << 16])
+                    stdin = stdin[n:]
+                if not stdin:
+                    with contextlib.suppress(OSError):
+                        raw.shutdown(socket.SHUT_WR)
+                    stdin_open = False
+                    poll.modify(raw, select.POLLIN)
+            if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                chunk = raw.recv(1 << 16)
+                if not chunk:
+                    return True
+                pending += chunk
+                while len(pending) >= 8:
+                    size = int.from_bytes(pending[4:8], "big")
+                    if len(pending) < 8 + size:
+                        break
+                    stream, data = pending[0], pending[8 : 8 + size]
+                    del pending[: 8 + size]
+                    buf = bufs.get(stream, bufs[1])
+                    room = max(0, cap - len(buf))
+                    buf += data[:room]
+                    dropped[stream if stream in dropped else 1] += len(data) - min(room, len(data))
