@@ -109,6 +109,9 @@ class EvalConfig(_Strict):
     every: int = Field(0, ge=0, description="Evaluate every N steps (0: only before and after).")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature for evaluation.")
     samples_per_task: int = Field(1, ge=1, description="k of pass@k.")
+    success_threshold: float = Field(
+        1.0, description="An episode succeeds when its reward is at least this."
+    )
 
 
 class RunConfig(_Strict):

@@ -75,5 +75,5 @@ class Env:
         """Tools the model may call in this episode (``agentrl.tools.Tool`` objects)."""
         return ()
 
-    def close(self) -> None | Awaitable[None]:
+    def close(self) -> Awaitable[None] | None:
         """Releases the episode's resources; called once per episode, even after an error."""

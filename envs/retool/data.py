@@ -23,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from agentrl.data import TaskFormatError, read_rows
 from agentrl.types import Message
 
 __all__ = [
@@ -44,10 +45,6 @@ HELD_OUT_PERCENT = 10
 class Split(StrEnum):
     TRAIN = "train"
     TEST = "test"
-
-
-class TaskFormatError(ValueError):
-    """A task row lacks a field or has one of the wrong type; the message names row and field."""
 
 
 @dataclass(frozen=True)
@@ -182,33 +179,7 @@ def load_tasks(path: str | Path) -> list[dict[str, Any]]:
         FileNotFoundError: No such file.
     """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"task file {str(p)!r} does not exist")
-    rows: list[tuple[str, Any]]  # (source, row); the source of a jsonl row names its line
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = [(str(p), r) for r in pq.read_table(p).to_pylist()]
-    elif p.suffix == ".jsonl":
-        rows = []
-        for lineno, line in enumerate(p.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((f"{p} (line {lineno})", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise TaskFormatError(
-                    f"{p} (line {lineno}), row {len(rows)}: not valid JSON: {e}"
-                ) from e
-    elif p.suffix == ".json":
-        data = json.loads(p.read_text())
-        if not isinstance(data, list):
-            raise TaskFormatError(f"{p}: a .json task file must hold a list of rows")
-        rows = [(str(p), r) for r in data]
-    else:
-        raise TaskFormatError(
-            f"{p}: unknown task file type {p.suffix!r} (use .parquet, .jsonl or .json)"
-        )
+    rows = read_rows(p)
     out = []
     for i, (source, row) in enumerate(rows):
         task = parse_task(row, index=i, source=source)

@@ -28,7 +28,7 @@ from agentrl.sandbox import SandboxPool, make_sandbox
 from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError
 from agentrl.types import Action, Message, StepResult
 
-from .data import RetoolTask, Split, generate_tasks, parse_task
+from .data import RetoolTask, Split, generate_tasks, load_tasks, parse_task
 from .reward import extract_boxed, score
 
 __all__ = ["SYSTEM_PROMPT", "LazySandbox", "RetoolEnv"]
@@ -177,6 +177,11 @@ class RetoolEnv(Env):
     def _new_sandbox(self) -> None:
         self.sandbox = LazySandbox(self._factory, pool=self._pool)
         self._python = PythonInterpreter(self.sandbox, timeout_s=self.code_timeout_s)
+
+    @staticmethod
+    def load_tasks(path: str) -> list[dict[str, Any]]:
+        """Reads and validates a task file (see :func:`agentrl.envs.retool.data.load_tasks`)."""
+        return load_tasks(path)
 
     @staticmethod
     def default_tasks(

@@ -1,0 +1,52 @@
+"""Held-out evaluation: success rate, pass@k and mean reward of the served policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from agentrl.env import Env
+from agentrl.llm import LLMClient
+from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
+
+__all__ = ["evaluate"]
+
+
+async def evaluate(
+    llm: LLMClient,
+    tokenizer: Any,
+    env_factory: Callable[[], Env],
+    tasks: Sequence[Mapping[str, Any]],
+    loop_config: LoopConfig,
+    *,
+    k: int = 1,
+    temperature: float = 0.0,
+    success_threshold: float = 1.0,
+    max_concurrency: int = 256,
+) -> dict[str, float]:
+    """Runs ``k`` episodes per task and reports how often the policy succeeds.
+
+    An episode succeeds when its reward is at least ``success_threshold``.
+
+    Returns:
+        ``success`` (mean over all episodes), ``pass@k`` (fraction of tasks with at
+        least one success), ``reward_mean``, ``turns_mean`` and stop-reason counts.
+    """
+    cfg = replace(loop_config, sampling=replace(loop_config.sampling, temperature=temperature))
+    runner = RolloutRunner(
+        AgentLoop(llm, tokenizer, cfg), env_factory, group_size=k, max_concurrency=max_concurrency
+    )
+    result = await runner.run(tasks, seed=12345)
+    trajs = result.trajectories
+    wins = [t.reward >= success_threshold for t in trajs]
+    out = {
+        "success": sum(wins) / max(len(wins), 1),
+        f"pass@{k}": sum(any(t.reward >= success_threshold for t in g) for g in result.groups)
+        / max(len(result.groups), 1),
+        "reward_mean": result.metrics.get("reward_mean", 0.0),
+        "turns_mean": result.metrics.get("turns_mean", 0.0),
+        "episodes": float(len(trajs)),
+    }
+    out.update({f"stop/{r}": float(c) for r, c in result.stop_reasons.items()})
+    return out

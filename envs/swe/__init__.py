@@ -1,0 +1,1 @@
+"""SWE-style code-agent environment."""
