@@ -79,6 +79,82 @@ def doctor_env(
     console.print(f"{env}: ok")
 
 
+@app.command("train", context_settings={"allow_extra_args": False})
+def train_cmd(
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="Config overrides, e.g. trainer.optim.lr=1e-6 rollout.group_size=16."),
+    ] = None,
+    env: Annotated[
+        str | None, typer.Option("--env", help="Env name, pkg.module:Class or file.py:Class.")
+    ] = None,
+    config: Annotated[str | None, typer.Option("--config", help="A YAML preset.")] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Continue the run in this directory.")
+    ] = None,
+) -> None:
+    """Train a policy. With no arguments: the tiny default model on retool, on this CPU."""
+    from agentrl.config import ConfigError
+    from agentrl.orchestration.run import ComponentError, train_from_cli
+
+    items = list(overrides or [])
+    if env:
+        items.append(f"env={env}")
+    try:
+        result = train_from_cli(config, items, resume, lambda m: console.print(m, markup=False))
+    except ConfigError as e:
+        raise _fail(str(e)) from e
+    except ComponentError as e:
+        raise _fail(str(e)) from e
+    if result.eval_after:
+        b, a = result.eval_before.get("success", float("nan")), result.eval_after["success"]
+        console.print(
+            f"held-out success: {b:.3f} → {a:.3f} ({a - b:+.3f}) after {result.steps_done} steps"
+        )
+    console.print(f"run directory: {result.run_dir}")
+
+
+@app.command("make-tiny-model")
+def make_tiny_model(
+    seed: Annotated[int, typer.Option(help="Seed of the tokenizer, init and SFT data.")] = 0,
+) -> None:
+    """Build (or find in the cache) the tiny default model and print its directory."""
+    from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
+
+    console.print(str(ensure_tiny_model(TinyRecipe(seed=seed))))
+
+
+@sandbox_app.command("build")
+def sandbox_build(
+    name: Annotated[str, typer.Argument(help="Image recipe under sandboxes/ (e.g. python).")],
+    force: Annotated[bool, typer.Option(help="Rebuild even if the recipe is unchanged.")] = False,
+) -> None:
+    """Build a sandbox image (cached by its recipe's hash)."""
+    from agentrl.sandbox.images import ImageBuildError, build_image
+
+    try:
+        console.print(build_image(name, force=force))
+    except ImageBuildError as e:
+        raise _fail(str(e)) from e
+
+
+@doctor_app.command("config")
+def doctor_config(
+    overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="A YAML preset.")] = None,
+) -> None:
+    """Validate a config (preset + overrides) and print it resolved."""
+    import yaml
+
+    from agentrl.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(config, list(overrides or []))
+    except ConfigError as e:
+        raise _fail(str(e)) from e
+    console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), markup=False)
+
+
 def main() -> None:
     app()
 
