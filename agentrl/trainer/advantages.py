@@ -1,0 +1,227 @@
+"""Advantage estimators over the model's tokens, selectable by name.
+
+Tensors are "compact": row b holds the model tokens (``loss_mask == 1``) of episode b,
+left-aligned, padded to R columns; ``mask_BR`` is 1 on real tokens. Rewards are
+per token: a turn's reward sits on that turn's last model token, the episode's
+remaining (outcome) reward on its last model token, and an in-reward KL penalty on
+every token. ``turn_BR`` numbers the model turns of each episode (0, 1, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageInputs",
+    "Estimator",
+    "compute_advantages",
+    "gae",
+    "group_stats",
+    "masked_whiten",
+    "returns_to_go",
+]
+
+
+@dataclass
+class AdvantageInputs:
+    """What an estimator may read.
+
+    Attributes:
+        rewards_BR: Per-token rewards (zero on padding).
+        mask_BR: 1.0 on model tokens.
+        turn_BR: Model-turn index of each token (any value on padding).
+        group_B: Integer group id per episode.
+        values_BR: Critic values V(s_t) (gae only).
+        gamma: Discount.
+        lam: GAE λ.
+        norm_by_std: grpo's std switch.
+        eps: Added to std before dividing.
+    """
+
+    rewards_BR: torch.Tensor
+    mask_BR: torch.Tensor
+    turn_BR: torch.Tensor
+    group_B: torch.Tensor
+    values_BR: torch.Tensor | None = None
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_by_std: bool = True
+    eps: float = 1e-6
+
+
+EstimatorFn = Callable[[AdvantageInputs], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator: ``fn(inputs) -> (advantages_BR, returns_BR)``."""
+
+    fn: EstimatorFn
+    whiten_by_default: bool
+    needs_critic: bool = False
+
+
+def returns_to_go(
+    rewards_BR: torch.Tensor, mask_BR: torch.Tensor, turn_BR: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """G_t = Σ_{s≥t} γ^(turn(s)-turn(t)) r_s: reward-to-go, discounted per model turn.
+
+    REINFORCE with reward-to-go (Williams 1992; Sutton & Barto §13.3); with one outcome
+    reward and γ = 1 every token's G_t is the episode reward.
+    """
+    B, R = rewards_BR.shape
+    G_BR = torch.zeros_like(rewards_BR)
+    running_B = torch.zeros(B, dtype=rewards_BR.dtype, device=rewards_BR.device)
+    r_BR = rewards_BR * mask_BR
+    for t in reversed(range(R)):
+        if t + 1 < R:
+            # The discount applies only when token t+1 starts a later turn.
+            new_turn_B = (turn_BR[:, t + 1] != turn_BR[:, t]) & (mask_BR[:, t + 1] > 0)
+            running_B = running_B * torch.where(new_turn_B, gamma, 1.0)
+        running_B = r_BR[:, t] + running_B
+        G_BR[:, t] = running_B
+    return G_BR * mask_BR
+
+
+def gae(
+    rewards_BR: torch.Tensor,
+    values_BR: torch.Tensor,
+    mask_BR: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016, eqs. 11-16).
+
+    δ_t = r_t + γ V(s_{t+1}) - V(s_t);  A_t = Σ_l (γλ)^l δ_{t+l};  returns = A + V.
+    V after an episode's last model token is 0 (terminal). Observation tokens are not
+    in the compact rows, so s_{t+1} is the state before the next model token.
+    """
+    B, R = rewards_BR.shape
+    adv_BR = torch.zeros_like(rewards_BR)
+    next_value_B = torch.zeros(B, dtype=rewards_BR.dtype, device=rewards_BR.device)
+    next_adv_B = torch.zeros_like(next_value_B)
+    for t in reversed(range(R)):
+        m_B = mask_BR[:, t]
+        delta_B = rewards_BR[:, t] + gamma * next_value_B - values_BR[:, t]
+        a_B = delta_B + gamma * lam * next_adv_B
+        # Padding passes the terminal (0, 0) through unchanged.
+        next_adv_B = torch.where(m_B > 0, a_B, next_adv_B)
+        next_value_B = torch.where(m_B > 0, values_BR[:, t], next_value_B)
+        adv_BR[:, t] = a_B * m_B
+    return adv_BR, (adv_BR + values_BR) * mask_BR
+
+
+def group_stats(
+    score_B: torch.Tensor, group_B: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-episode (group mean, group unbiased std, group sum, group size).
+
+    A group of one has mean 0 and std 1 (as verl), so its advantage is its own return.
+    """
+    _, inv_B = torch.unique(group_B, return_inverse=True)
+    G = int(inv_B.max().item()) + 1 if inv_B.numel() else 0
+    n_G = torch.zeros(G, dtype=score_B.dtype, device=score_B.device).index_add_(
+        0, inv_B, torch.ones_like(score_B)
+    )
+    sum_G = torch.zeros_like(n_G).index_add_(0, inv_B, score_B)
+    mean_G = sum_G / n_G
+    sq_G = torch.zeros_like(n_G).index_add_(0, inv_B, (score_B - mean_G[inv_B]) ** 2)
+    std_G = torch.sqrt(sq_G / (n_G - 1).clamp(min=1))  # Bessel-corrected, as torch.std
+    single_G = n_G < 2
+    mean_G = torch.where(single_G, torch.zeros_like(mean_G), mean_G)
+    std_G = torch.where(single_G, torch.ones_like(std_G), std_G)
+    return mean_G[inv_B], std_G[inv_B], sum_G[inv_B], n_G[inv_B]
+
+
+def masked_whiten(x_BR: torch.Tensor, mask_BR: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over masked entries, unbiased variance (as verl)."""
+    n = mask_BR.sum()
+    if n < 2:
+        return x_BR * mask_BR
+    mean = (x_BR * mask_BR).sum() / n
+    var = (((x_BR - mean) ** 2) * mask_BR).sum() / (n - 1)
+    return (x_BR - mean) * torch.rsqrt(var + eps) * mask_BR
+
+
+def _episode_return(G_BR: torch.Tensor) -> torch.Tensor:
+    # G at the first model token: the episode's whole (turn-discounted) return.
+    return G_BR[:, 0]
+
+
+def _grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    # GRPO outcome supervision (Shao et al. 2024, DeepSeekMath §4.1.2): Â = (R - mean(R)) / std(R).
+    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    mean_B, std_B, _, _ = group_stats(_episode_return(G_BR), x.group_B)
+    adv_BR = G_BR - mean_B[:, None]
+    if x.norm_by_std:
+        adv_BR = adv_BR / (std_B[:, None] + x.eps)
+    return adv_BR * x.mask_BR, G_BR
+
+
+def _dr_grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    # Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 3): Â = R - mean(R).
+    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    mean_B, _, _, _ = group_stats(_episode_return(G_BR), x.group_B)
+    return (G_BR - mean_B[:, None]) * x.mask_BR, G_BR
+
+
+def _rloo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    # RLOO (Kool et al. 2019; Ahmadian et al. 2024 eq. 6): Â_i = R_i - 1/(k-1) Σ_{j≠i} R_j.
+    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    R_B = _episode_return(G_BR)
+    _, _, sum_B, n_B = group_stats(R_B, x.group_B)
+    baseline_B = torch.where(n_B > 1, (sum_B - R_B) / (n_B - 1).clamp(min=1), torch.zeros_like(R_B))
+    return (G_BR - baseline_B[:, None]) * x.mask_BR, G_BR
+
+
+def _reinforce_pp(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    # REINFORCE++ (Hu 2025, arXiv:2501.03262 eqs. 5-7): A_t = Σ_{s≥t} γ^(s-t) r_s, then batch-
+    # normalized (whitening is this estimator's default and is applied by compute_advantages).
+    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    return G_BR, G_BR
+
+
+def _reinforce_pp_baseline(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    # REINFORCE++-baseline (Hu et al. 2025, arXiv:2501.03262 v3): A = R - mean_group(R), then
+    # batch-normalized (whitening on by default).
+    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    mean_B, _, _, _ = group_stats(_episode_return(G_BR), x.group_B)
+    return (G_BR - mean_B[:, None]) * x.mask_BR, G_BR
+
+
+def _gae(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.values_BR is None:
+        raise ValueError("estimator 'gae' needs critic values")
+    return gae(x.rewards_BR, x.values_BR, x.mask_BR, x.gamma, x.lam)
+
+
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
+    "gae": Estimator(_gae, whiten_by_default=True, needs_critic=True),
+    "grpo": Estimator(_grpo, whiten_by_default=False),
+    "dr_grpo": Estimator(_dr_grpo, whiten_by_default=False),
+    "rloo": Estimator(_rloo, whiten_by_default=False),
+    "reinforce_pp": Estimator(_reinforce_pp, whiten_by_default=True),
+    "reinforce_pp_baseline": Estimator(_reinforce_pp_baseline, whiten_by_default=True),
+}
+
+
+def compute_advantages(
+    name: str, inputs: AdvantageInputs, whiten: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs estimator ``name``; returns (advantages_BR, returns_BR), zero on padding.
+
+    Raises:
+        ValueError: Unknown name (the message lists the valid ones).
+    """
+    est = ADVANTAGE_ESTIMATORS.get(name)
+    if est is None:
+        valid = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {valid}")
+    adv_BR, ret_BR = est.fn(inputs)
+    if est.whiten_by_default if whiten is None else whiten:
+        adv_BR = masked_whiten(adv_BR, inputs.mask_BR)
+    return adv_BR * inputs.mask_BR, ret_BR * inputs.mask_BR

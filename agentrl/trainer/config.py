@@ -1,0 +1,390 @@
+"""Typed configuration of the trainer (pydantic; unknown keys are errors).
+
+Every field says what it does; ``docs/trainer.md`` says where each algorithm comes from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agentrl.trainer.advantages import ADVANTAGE_ESTIMATORS
+from agentrl.trainer.losses import AGG_MODES, POLICY_LOSSES
+
+__all__ = [
+    "ActorConfig",
+    "AdvantageConfig",
+    "CheckpointConfig",
+    "CriticConfig",
+    "KLConfig",
+    "OptimConfig",
+    "PolicyLossConfig",
+    "RolloutCorrectionConfig",
+    "ShapingConfig",
+    "TrainerConfig",
+    "UpdateConfig",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdvantageConfig(_Section):
+    """How rewards become per-token advantages."""
+
+    estimator: str = Field(
+        default="grpo",
+        description="Advantage estimator: gae, grpo, dr_grpo, rloo, reinforce_pp, "
+        "reinforce_pp_baseline (or any name registered in ADVANTAGE_ESTIMATORS).",
+    )
+    gamma: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Discount. GAE discounts per model token; the return-to-go of the other "
+        "estimators discounts per model turn.",
+    )
+    lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE λ (Schulman et al. 2016).")
+    norm_by_std: bool = Field(
+        default=True, description="grpo: divide by the group std; False is the 'no std' switch."
+    )
+    whiten: bool | None = Field(
+        default=None,
+        description="Batch-whiten advantages over all model tokens (mean 0, std 1). None = the "
+        "estimator's default (on for gae and reinforce_pp*, off for grpo, dr_grpo, rloo).",
+    )
+    eps: float = Field(default=1e-6, gt=0.0, description="Added to std before dividing.")
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, v: str) -> str:
+        if v not in ADVANTAGE_ESTIMATORS:
+            valid = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+            raise ValueError(f"unknown advantage estimator {v!r}; valid: {valid}")
+        return v
+
+
+class CriticConfig(_Section):
+    """The value function used by ``estimator='gae'`` (ignored otherwise)."""
+
+    kind: Literal["value_head", "separate"] = Field(
+        default="value_head",
+        description="value_head: a linear head on the policy's last hidden state (shared trunk); "
+        "separate: its own transformer, initialized from model_path or the policy's weights.",
+    )
+    model_path: str | None = Field(
+        default=None, description="Separate critic's HF model (None = policy's)."
+    )
+    value_clip: float | None = Field(
+        default=0.2,
+        description="PPO value clipping range ε_v around the old value (None = no clipping).",
+    )
+    value_loss_coef: float = Field(
+        default=0.5,
+        ge=0.0,
+        description="Weight of the value loss (value_head: added to the policy loss).",
+    )
+    lr: float | None = Field(
+        default=None,
+        description="Separate critic's learning rate (None = optim.lr).",
+    )
+
+
+class PolicyLossConfig(_Section):
+    """The policy objective and how per-token losses are aggregated."""
+
+    name: str = Field(
+        default="ppo",
+        description="Policy loss: ppo (clip, clip-higher), dual_clip, gspo, pg "
+        "(or any name registered in POLICY_LOSSES).",
+    )
+    clip_low: float = Field(
+        default=0.2, ge=0.0, description="ε_low: ratio lower bound 1-ε_low (GSPO paper: 3e-4)."
+    )
+    clip_high: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="ε_high: ratio upper bound 1+ε_high; > clip_low is DAPO's clip-higher "
+        "(0.28). GSPO paper: 4e-4.",
+    )
+    dual_clip_c: float = Field(
+        default=3.0,
+        gt=1.0,
+        description="dual_clip: the constant c bounding the loss of A<0 tokens.",
+    )
+    agg: str = Field(
+        default="token-mean",
+        description="Aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm.",
+    )
+    loss_norm_constant: int | None = Field(
+        default=None,
+        gt=0,
+        description="seq-mean-token-sum-norm's constant L (Dr. GRPO); None = the largest number "
+        "of model tokens of an episode in the batch.",
+    )
+    entropy_coef: float = Field(
+        default=0.0,
+        description="Entropy bonus weight (loss -= coef·entropy).",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        if v not in POLICY_LOSSES:
+            raise ValueError(
+                f"unknown policy loss {v!r}; valid: {', '.join(sorted(POLICY_LOSSES))}"
+            )
+        return v
+
+    @field_validator("agg")
+    @classmethod
+    def _known_agg(cls, v: str) -> str:
+        if v not in AGG_MODES:
+            raise ValueError(f"unknown loss aggregation {v!r}; valid: {', '.join(AGG_MODES)}")
+        return v
+
+
+class KLConfig(_Section):
+    """KL regularization toward a frozen reference model."""
+
+    coef: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="β (initial β when adaptive). 0 and not adaptive = reference-free: "
+        "no reference model is loaded.",
+    )
+    estimator: Literal["k1", "k2", "k3"] = Field(
+        default="k3",
+        description="KL estimator (Schulman 2020): k1 = log r, k2 = ½(log r)², k3 = r-1-log r.",
+    )
+    placement: Literal["reward", "loss"] = Field(
+        default="loss",
+        description="reward: -β·KL per token in the reward; loss: +β·KL in the loss.",
+    )
+    adaptive: bool = Field(
+        default=False,
+        description="Adaptive β toward target (Ziegler et al. 2019).",
+    )
+    target: float = Field(
+        default=0.1,
+        gt=0.0,
+        description="Adaptive controller's target KL per token.",
+    )
+    horizon: int = Field(
+        default=10000,
+        gt=0,
+        description="Adaptive controller's horizon (samples).",
+    )
+    ref_model_path: str | None = Field(
+        default=None, description="Reference model (None = a frozen copy of the initial policy)."
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a reference model is needed."""
+        return self.coef > 0.0 or self.adaptive
+
+
+class RolloutCorrectionConfig(_Section):
+    """Train/inference mismatch and staleness correction (ρ = π_old / π_rollout)."""
+
+    mode: Literal["decoupled", "bypass"] = Field(
+        default="decoupled",
+        description="decoupled: π_old recomputed by the trainer before the update, ρ = π_old/μ; "
+        "bypass: π_old = μ (rollout logprobs, no extra forward), ρ = sg(π_θ)/μ per micro-batch.",
+    )
+    is_level: Literal["none", "token", "sequence", "geometric"] = Field(
+        default="none",
+        description="Truncated importance weights (TIS): min(ρ, is_cap) at this level.",
+    )
+    is_cap: float = Field(default=2.0, gt=0.0, description="TIS truncation C.")
+    mask_level: Literal["none", "token", "sequence", "geometric"] = Field(
+        default="none",
+        description="Masking outside [mask_low, mask_high]: token = ICEPOP; sequence / "
+        "geometric = rejection sampling of whole episodes (with is_level=token: seq-mask-TIS).",
+    )
+    mask_low: float = Field(default=0.5, ge=0.0, description="Lower bound of kept ρ.")
+    mask_high: float = Field(default=5.0, gt=0.0, description="Upper bound of kept ρ.")
+    veto_threshold: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Reject an episode if any token has ρ below this (e.g. 1e-4).",
+    )
+    batch_normalize: bool = Field(
+        default=False,
+        description="Rescale IS weights to mean 1 over the batch (decoupled mode only).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutCorrectionConfig:
+        if self.batch_normalize and self.mode == "bypass":
+            raise ValueError("batch_normalize needs mode='decoupled' (weights known before update)")
+        if self.mask_low >= self.mask_high:
+            raise ValueError("mask_low must be < mask_high")
+        return self
+
+
+class ShapingConfig(_Section):
+    """Reward shaping and filtering, applied to each episode's total reward."""
+
+    max_response_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="L_max of the overlong penalty (model tokens of an episode).",
+    )
+    overlong_buffer: int | None = Field(
+        default=None, gt=0, description="L_cache: the soft ramp's length (DAPO eq. 13); None = off."
+    )
+    overlong_factor: float = Field(default=1.0, ge=0.0, description="Largest overlong penalty.")
+    stop_properly_coef: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="ProRL: truncated episodes' reward × coef (None = off).",
+    )
+    truncated_reasons: list[str] = Field(
+        default_factory=lambda: ["max_tokens"],
+        description="Stop reasons that count as truncated (for the penalty and metrics).",
+    )
+    dynamic_filter: bool = Field(
+        default=False, description="DAPO dynamic sampling: drop groups whose rewards are all equal."
+    )
+    reward_clip: float | None = Field(
+        default=None, gt=0.0, description="Clip each episode's reward to [-c, c]."
+    )
+    reward_normalize: bool = Field(
+        default=False, description="Z-score episode rewards over the batch (after clipping)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ShapingConfig:
+        if self.overlong_buffer is not None:
+            if self.max_response_tokens is None:
+                raise ValueError("overlong_buffer needs max_response_tokens")
+            if self.overlong_buffer > self.max_response_tokens:
+                raise ValueError("overlong_buffer must be <= max_response_tokens")
+        return self
+
+
+class OptimConfig(_Section):
+    """AdamW and the learning-rate schedule (stepped once per optimizer step)."""
+
+    lr: float = Field(default=1e-6, gt=0.0, description="Peak learning rate.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(default=1e-8, gt=0.0, description="AdamW epsilon.")
+    weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW decoupled weight decay.")
+    max_grad_norm: float | None = Field(
+        default=1.0, gt=0.0, description="Clip the global grad norm (None = measure only)."
+    )
+    warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        description="Linear warm-up length (optimizer steps).",
+    )
+    schedule: Literal["constant", "linear", "cosine"] = Field(
+        default="constant", description="Shape after warm-up."
+    )
+    total_steps: int | None = Field(
+        default=None,
+        gt=0,
+        description="Optimizer steps for linear/cosine decay (required by them).",
+    )
+    min_lr_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Floor of decay, × lr.")
+
+    @model_validator(mode="after")
+    def _check(self) -> OptimConfig:
+        if self.schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"schedule={self.schedule!r} needs total_steps")
+        return self
+
+
+class UpdateConfig(_Section):
+    """Epochs, mini-batches and micro-batches of one trainer step."""
+
+    epochs: int = Field(default=1, ge=1, description="Passes over the batch (PPO epochs).")
+    mini_batches: int = Field(default=1, ge=1, description="Optimizer steps per epoch.")
+    shuffle: bool = Field(default=True, description="Shuffle episodes into mini-batches (seeded).")
+    strategy: Literal["token_budget", "fixed"] = Field(
+        default="token_budget",
+        description="token_budget: micro-batches hold at most token_budget tokens, balanced by "
+        "length; fixed: micro_batch_size padded rows each.",
+    )
+    token_budget: int = Field(default=8192, gt=0, description="Tokens per micro-batch per worker.")
+    micro_batch_size: int = Field(
+        default=4,
+        gt=0,
+        description="Rows per micro-batch (strategy=fixed).",
+    )
+    packing: bool | None = Field(
+        default=None,
+        description="token_budget: pack episodes into one row (position_ids restart, no padding; "
+        "needs varlen attention to avoid cross-episode attention FLOPs); False: length-sorted "
+        "padded rows (cost rows × longest). None = pack iff attention is flash_attention_2.",
+    )
+    logprob_chunk: int = Field(
+        default=1024, gt=0, description="Tokens per chunk of the lm-head/log-softmax computation."
+    )
+
+
+class ActorConfig(_Section):
+    """How the HF model is loaded and run."""
+
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto", description="Compute dtype: auto = bf16 autocast on GPU, fp32 on CPU."
+    )
+    attn_implementation: str = Field(
+        default="auto",
+        description="HF attention: auto = flash_attention_2 if installed on GPU, else sdpa.",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in backward.",
+    )
+    temperature: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="Sampling temperature; logits are divided by it (match rollout).",
+    )
+    trust_remote_code: bool = Field(default=False, description="Passed to from_pretrained.")
+
+
+class CheckpointConfig(_Section):
+    """Where and how checkpoints are kept."""
+
+    dir: str | None = Field(default=None, description="Checkpoint root (step_N subdirectories).")
+    keep_last: int = Field(default=2, ge=1, description="Checkpoints kept; older ones are deleted.")
+
+
+class TrainerConfig(_Section):
+    """Everything the trainer needs; sections nest."""
+
+    seed: int = Field(default=0, description="Seeds torch/numpy/python and the mini-batch shuffle.")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantages.")
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="Critic (gae).")
+    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig, description="Policy loss.")
+    kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model.")
+    correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig, description="Rollout correction."
+    )
+    shaping: ShapingConfig = Field(default_factory=ShapingConfig, description="Reward shaping.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
+    update: UpdateConfig = Field(default_factory=UpdateConfig, description="Batching of updates.")
+    actor: ActorConfig = Field(default_factory=ActorConfig, description="Model loading.")
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig, description="Checkpoints."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainerConfig:
+        if self.loss.name == "pg" and self.update.epochs * self.update.mini_batches != 1:
+            raise ValueError(
+                "loss 'pg' is on-policy: set update.epochs=1 and update.mini_batches=1"
+            )
+        return self
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether a value function is trained."""
+        return self.advantage.estimator == "gae"

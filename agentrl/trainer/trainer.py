@@ -1,0 +1,416 @@
+"""The Trainer: trajectories in, one policy update (and its metrics) out.
+
+It imports nothing from rollout, inference or orchestration: a list of
+``agentrl.types.Trajectory`` is its only input.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from agentrl.trainer import state as _state
+from agentrl.trainer.actor import (
+    ForwardOut,
+    PolicyModule,
+    load_causal_lm,
+    resolve_dtype,
+    run_micro_batch,
+)
+from agentrl.trainer.advantages import AdvantageInputs, compute_advantages
+from agentrl.trainer.batch import (
+    Batch,
+    build_batch,
+    make_micro_batch,
+    partition_balanced,
+    plan_micro_batches,
+)
+from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.correction import compute_correction, offpolicy_diagnostics
+from agentrl.trainer.kl import AdaptiveKLController, FixedKLController
+from agentrl.trainer.losses import explained_variance
+from agentrl.trainer.metrics import (
+    PhaseTimer,
+    batch_metrics,
+    correction_metrics,
+    dist_active,
+    reward_metrics,
+)
+from agentrl.trainer.shaping import shape_rewards
+from agentrl.trainer.update import UpdateInputs, run_update
+from agentrl.types import Trajectory
+
+__all__ = ["NonFiniteError", "Trainer"]
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient became NaN/inf; the optimizer step was not taken."""
+
+
+def _lr_lambda(cfg: TrainerConfig) -> Any:
+    o = cfg.optim
+
+    def f(step: int) -> float:
+        # Linear warm-up (Goyal et al. 2017), then constant / linear / cosine decay
+        # (Loshchilov & Hutter 2017) to min_lr_ratio.
+        if o.warmup_steps and step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "constant" or o.total_steps is None:
+            return 1.0
+        span = max(o.total_steps - o.warmup_steps, 1)
+        p = min(max(step - o.warmup_steps, 0) / span, 1.0)
+        decay = 1.0 - p if o.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+        return o.min_lr_ratio + (1.0 - o.min_lr_ratio) * decay
+
+    return f
+
+
+class Trainer:
+    """Updates a Hugging Face causal LM from trajectories.
+
+    Runs alone or as one worker of a torch.distributed group (then FSDP2-sharded; see
+    ``DataParallelTrainer`` for the launcher).
+
+    Args:
+        config: The configuration.
+        model: A HF model directory / hub id, or a model instance (copied).
+        device: Defaults to cuda:LOCAL_RANK when CUDA is available, else CPU.
+
+    Example:
+        >>> trainer = Trainer(TrainerConfig(), "path/to/model")  # doctest: +SKIP
+        >>> metrics = trainer.step(trajectories)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        model: str | Path | nn.Module,
+        *,
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.cfg = config
+        self.rank, self.world = (
+            (dist.get_rank(), dist.get_world_size()) if dist_active() else (0, 1)
+        )
+        if device is None:
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.compute_dtype = resolve_dtype(config.actor, self.device)
+        random.seed(config.seed)
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
+
+        lm, self.source_dir = load_causal_lm(model, config.actor, self.device)
+        attn = getattr(cast(Any, lm).config, "_attn_implementation", None)
+        # Packing only pays with varlen attention; dense (sdpa/eager) attention over a packed
+        # row spends FLOPs on the masked cross-episode blocks.
+        self.packing = (
+            config.update.packing
+            if config.update.packing is not None
+            else attn == "flash_attention_2"
+        )
+        ref_lm = None
+        if config.kl.enabled:
+            if config.kl.ref_model_path:
+                ref_lm, _ = load_causal_lm(config.kl.ref_model_path, config.actor, self.device)
+            else:
+                ref_lm = copy.deepcopy(lm)
+        critic_lm = None
+        if config.uses_critic and config.critic.kind == "separate":
+            src = config.critic.model_path or model
+            critic_lm = (
+                copy.deepcopy(lm)
+                if src is model
+                else load_causal_lm(src, config.actor, self.device)[0]
+            )
+        if config.actor.gradient_checkpointing:
+            for m in (lm, critic_lm):
+                if m is not None:
+                    cast(Any, m).gradient_checkpointing_enable(
+                        gradient_checkpointing_kwargs={"use_reentrant": False}
+                    )
+
+        u, a = config.update, config.actor
+        self.policy = PolicyModule(
+            lm,
+            value_head=config.uses_critic and config.critic.kind == "value_head",
+            chunk=u.logprob_chunk,
+            temperature=a.temperature,
+        ).to(self.device)
+        self.ref = None
+        if ref_lm is not None:
+            self.ref = PolicyModule(
+                ref_lm, value_head=False, chunk=u.logprob_chunk, temperature=a.temperature
+            )
+            self.ref.to(self.device).eval().requires_grad_(False)
+        self.critic = None
+        if critic_lm is not None:
+            self.critic = PolicyModule(
+                critic_lm,
+                value_head=True,
+                chunk=u.logprob_chunk,
+                temperature=a.temperature,
+                need_logp=False,
+            ).to(self.device)
+        if self.world > 1:
+            from agentrl.trainer.distributed import shard_module
+
+            for mod in (self.policy, self.ref, self.critic):
+                if mod is not None:
+                    shard_module(mod)
+
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(config))
+        self.critic_optimizer = None
+        self.critic_scheduler = None
+        if self.critic is not None:
+            self.critic_optimizer = torch.optim.AdamW(
+                self.critic.parameters(),
+                lr=config.critic.lr or o.lr,
+                betas=o.betas,
+                eps=o.eps,
+                weight_decay=o.weight_decay,
+            )
+            self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.critic_optimizer, _lr_lambda(config)
+            )
+        k = config.kl
+        self.kl_ctl: FixedKLController | AdaptiveKLController = (
+            AdaptiveKLController(k.coef, k.target, k.horizon)
+            if k.adaptive
+            else FixedKLController(k.coef)
+        )
+        self.global_step = 0
+        self.optimizer_steps = 0
+        self.samples_seen = 0
+        self.dropped_groups_total = 0
+
+    # ----------------------------------------------------------------------------- state
+
+    def save_checkpoint(
+        self, root: str | Path | None = None, extra: dict[str, Any] | None = None
+    ) -> Path:
+        """Saves model, optimizer, scheduler, RNG, counters, KL state and ``extra`` atomically.
+
+        Args:
+            root: Checkpoint root (default ``config.checkpoint.dir``); writes root/step_N.
+            extra: Caller state kept with it (e.g. the data loader's position).
+        """
+        return _state.save_checkpoint(self, root, extra)
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """Resumes from a step directory or a root (its ``latest``); returns ``extra``."""
+        return _state.load_checkpoint(self, path)
+
+    def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
+        """Full policy weights on CPU with HF names (collective under DP; {} off worker 0)."""
+        return _state.state_dict_for_inference(self)
+
+    def save_hf(self, out_dir: str | Path) -> Path:
+        """Writes a plain HF model directory (config, safetensors, tokenizer files)."""
+        return _state.save_hf(self, out_dir)
+
+    # ----------------------------------------------------------------------------- planning
+
+    def plan(self, batch: Batch, rows: Sequence[int]) -> list[list[int]]:
+        """This worker's micro-batches of ``rows``; every worker gets the same count."""
+        u = self.cfg.update
+        lengths = batch.lengths_B.tolist()
+        parts = (
+            partition_balanced(list(rows), lengths, self.world) if self.world > 1 else [list(rows)]
+        )
+        kw = dict(
+            strategy=u.strategy,
+            token_budget=u.token_budget,
+            micro_batch_size=u.micro_batch_size,
+            packing=self.packing,
+        )
+        plans = [plan_micro_batches(p, lengths, **kw) for p in parts]  # type: ignore[arg-type]
+        while len({len(p) for p in plans}) > 1:
+            k = max(len(p) for p in plans)
+            plans = [plan_micro_batches(p, lengths, min_count=k, **kw) for p in parts]  # type: ignore[arg-type]
+        return plans[self.rank]
+
+    def forward(self, module: nn.Module, batch: Batch, rows: Sequence[int]) -> ForwardOut:
+        """Runs ``module`` on ``rows`` (an empty list runs row 0 as a collective-matching dummy)."""
+        rws = list(rows) or [0]
+        mb = make_micro_batch(batch, rws, self.packing).to(self.device)
+        mask_bR = batch.mask_BR[rws, : mb.R].to(self.device)
+        return run_micro_batch(module, mb, mask_bR, self.compute_dtype)
+
+    @torch.no_grad()
+    def _prepass(self, batch: Batch, need_old: bool) -> dict[str, torch.Tensor]:
+        """π_old (decoupled), π_ref and critic values of every row, before any update."""
+        B, R = batch.mask_BR.shape
+        jobs: list[tuple[str, nn.Module]] = []
+        if need_old or (self.critic is None and self.policy.value_head is not None):
+            jobs.append(("policy", self.policy))
+        if self.ref is not None:
+            jobs.append(("ref", self.ref))
+        if self.critic is not None:
+            jobs.append(("critic", self.critic))
+        out = {
+            name: torch.zeros(B, R, device=self.device)
+            for name in ("old_logp", "ref_logp", "values", "entropy")
+        }
+        for name, module in jobs:
+            was_training = module.training
+            module.eval()
+            for rows in self.plan(batch, range(B)):
+                fo = self.forward(module, batch, rows)
+                if not rows:
+                    continue
+                r = fo.logp_bR.shape[1]
+                if name in ("policy", "ref"):
+                    out["old_logp" if name == "policy" else "ref_logp"][rows, :r] = fo.logp_bR
+                if name == "policy":
+                    out["entropy"][rows, :r] = fo.entropy_bR
+                if fo.values_bR is not None:
+                    out["values"][rows, :r] = fo.values_bR
+            module.train(was_training)
+        if dist_active():
+            for t in out.values():
+                dist.all_reduce(t)  # each row was filled by exactly one worker
+        return {k: v.cpu() for k, v in out.items()}
+
+    # ----------------------------------------------------------------------------- step
+
+    def step(
+        self, trajectories: Sequence[Trajectory], *, weight_version: int | None = None
+    ) -> dict[str, float]:
+        """One training step on a batch of episodes; returns metrics.
+
+        Args:
+            trajectories: The batch (all workers must receive the same list).
+            weight_version: The newest policy version, for staleness metrics
+                (default: the newest version in the batch).
+
+        Raises:
+            ValueError: A trajectory whose fields disagree (named), or a bad batch.
+            NonFiniteError: NaN/inf in a loss or the gradients (the update is not applied).
+        """
+        cfg, timer = self.cfg, PhaseTimer()
+        t_start = time.perf_counter()
+        with timer("prepare"):
+            for t in trajectories:
+                t.validate()
+            shaped = shape_rewards(trajectories, cfg.shaping)
+            metrics: dict[str, float] = dict(shaped.metrics)
+            metrics.update(reward_metrics(trajectories, cfg))
+            self.dropped_groups_total += int(shaped.metrics.get("filter/dropped_groups", 0))
+            metrics["filter/dropped_groups_total"] = float(self.dropped_groups_total)
+            kept = [trajectories[i] for i in shaped.kept]
+            if not kept:
+                self.global_step += 1
+                return {**metrics, "step/skipped": 1.0, "step": float(self.global_step)}
+            batch = build_batch(kept, shaped.scores, shaped.truncated)
+        mask = batch.mask_BR
+        decoupled = cfg.correction.mode == "decoupled"
+        with timer("prepass"):
+            pre = self._prepass(batch, need_old=decoupled)
+        old_logp = pre["old_logp"] if decoupled else batch.rollout_logp_BR
+        values = pre["values"] if cfg.uses_critic else None
+
+        rewards = batch.rewards_BR.clone()
+        if self.ref is not None:
+            from agentrl.trainer.kl import kl_estimate
+
+            kl_BR = kl_estimate(old_logp, pre["ref_logp"], cfg.kl.estimator) * mask
+            metrics["kl/ref_kl_old"] = float(kl_BR.sum() / mask.sum().clamp(min=1))
+            if cfg.kl.placement == "reward":
+                # In-reward KL penalty r_t - β·KL_t (Ziegler et al. 2019 eq. 2;
+                # Ouyang et al. 2022 eq. 2).
+                rewards = rewards - self.kl_ctl.value * kl_BR
+        a = cfg.advantage
+        adv, ret = compute_advantages(
+            a.estimator,
+            AdvantageInputs(
+                rewards,
+                mask,
+                batch.turn_BR,
+                batch.group_B,
+                values,
+                a.gamma,
+                a.lam,
+                a.norm_by_std,
+                a.eps,
+            ),
+            a.whiten,
+        )
+        c = cfg.correction
+        weights = keep = None
+        if decoupled:
+            corr = compute_correction(
+                old_logp, batch.rollout_logp_BR, mask, is_level=c.is_level, is_cap=c.is_cap,
+                mask_level=c.mask_level, mask_low=c.mask_low, mask_high=c.mask_high,
+                veto_threshold=c.veto_threshold, batch_normalize=c.batch_normalize,
+            )  # fmt: skip
+            weights, keep = corr.weights_BR, corr.keep_BR
+            metrics.update(correction_metrics(corr.metrics))
+            metrics.update(
+                {
+                    f"offpolicy/{k}": v
+                    for k, v in offpolicy_diagnostics(old_logp, batch.rollout_logp_BR, mask).items()
+                }
+            )
+        with timer("update"):
+            acc, cur_logp = run_update(
+                self,
+                batch,
+                UpdateInputs(adv, ret, old_logp, pre["ref_logp"], pre["values"], weights, keep),
+            )
+        acc.reduce()
+        out = acc.result()
+        if not decoupled:
+            metrics.update(
+                {
+                    f"offpolicy/{k}": v
+                    for k, v in offpolicy_diagnostics(cur_logp, batch.rollout_logp_BR, mask).items()
+                }
+            )
+            names = {"masked_tokens": "masked_token", "rejected_seqs": "rejected_seq"}
+            names["veto_seqs"] = "veto_seq"
+            for k, v in names.items():
+                if f"corr/{k}" in out:
+                    out[f"correction/{v}_frac"] = out.pop(f"corr/{k}")
+        metrics.update(out)
+        kl_now = out.get("kl/ref_kl", metrics.get("kl/ref_kl_old"))
+        if self.ref is not None and kl_now is not None:
+            self.kl_ctl.update(kl_now, n_steps=batch.size)
+        metrics["kl/coef"] = self.kl_ctl.value
+        metrics.update(
+            batch_metrics(
+                batch, adv, ret, values, pre["entropy"] if decoupled else None, weight_version
+            )
+        )
+        if values is not None:
+            metrics["critic/explained_variance"] = explained_variance(values, ret, mask)
+        self.global_step += 1
+        self.samples_seen += len(trajectories)
+        timing = timer.result()
+        total_s = time.perf_counter() - t_start
+        n_tok = float(batch.lengths_B.sum())
+        metrics.update(timing)
+        metrics["perf/tokens_per_s"] = (
+            n_tok * cfg.update.epochs / max(timing.get("time/update", total_s), 1e-9)
+        )
+        metrics["perf/step_tokens_per_s"] = n_tok / max(total_s, 1e-9)
+        metrics["time/step"] = total_s
+        metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
+        metrics["step"] = float(self.global_step)
+        return metrics
