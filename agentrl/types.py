@@ -124,6 +124,8 @@ class Action:
             malformed calls), filled in by the AgentLoop before ``env.step``.
         finish_reason: "stop", "length" or "abort", as the server reported it.
         parse_errors: One message per malformed tool call.
+        last_turn: The loop's turn budget ends after this turn: an env that scores
+            at the end (e.g. runs tests) should do so now.
     """
 
     text: str
@@ -132,6 +134,7 @@ class Action:
     tool_results: tuple[Message, ...] = ()
     finish_reason: str = "stop"
     parse_errors: tuple[str, ...] = ()
+    last_turn: bool = False
 
     def to_message(self) -> Message:
         """The assistant message this action stands for."""

@@ -244,6 +244,7 @@ class AgentLoop:
                 tool_calls=parsed.tool_calls,
                 finish_reason=gen.finish_reason,
                 parse_errors=parsed.errors,
+                last_turn=turn == max_turns - 1,
             )
             traj.messages.append(action.to_message())
             if gen.finish_reason != "stop" or not gen.token_ids:

@@ -146,10 +146,19 @@ class Forever(Env):
 
 
 async def test_turn_budget(tokenizer):
+    flags: list[bool] = []
+
+    class Recording(Forever):
+        def step(self, action):
+            flags.append(action.last_turn)
+            return super().step(action)
+
     llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "words"))
-    traj = await AgentLoop(llm, tokenizer, LoopConfig(max_turns=3)).run(Forever(), {})
+    traj = await AgentLoop(llm, tokenizer, LoopConfig(max_turns=3)).run(Recording(), {})
     assert traj.stop_reason == StopReason.MAX_TURNS
     assert traj.num_turns == 3 and traj.reward == 1.5
+    # The env is told which turn is its last, so it can score before the budget ends.
+    assert flags == [False, False, True]
 
 
 async def test_generation_budget_shrinks_as_context_grows(tokenizer):
