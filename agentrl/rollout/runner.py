@@ -87,11 +87,17 @@ class RolloutRunner:
                 env, task, task_id=task_id, group_id=group_id, episode_id=episode_id, seed=seed
             )
 
+    async def run_group(
+        self, task: Mapping[str, Any], *, index: int, seed: int | None = 0, tag: str = ""
+    ) -> list[Trajectory]:
+        """Runs the G episodes of one task; ``tag`` makes the group id unique across batches."""
+        return await self._group(task, index, seed, tag or uuid.uuid4().hex[:8])
+
     async def _group(
         self, task: Mapping[str, Any], index: int, seed: int | None, batch: str
     ) -> list[Trajectory]:
         task_id = _task_id(task, index)
-        group_id = f"{batch}:{task_id}"
+        group_id = f"{batch}:{index}:{task_id}"
         seeds = [
             None if seed is None else seed + index * self.group_size + k
             for k in range(self.group_size)

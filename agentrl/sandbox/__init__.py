@@ -26,7 +26,6 @@ __all__ = [
 ]
 
 
-
 def _docker(**kwargs: Any) -> Sandbox:
     # Imported on use: the docker SDK is only needed by runs that choose this backend.
     from agentrl.sandbox.docker import DockerSandbox
