@@ -1,0 +1,228 @@
+"""A fleet of vLLM servers: launched or attached, routed, health-checked, weight-synced.
+
+``async with await Fleet.launch(ServerConfig(model=path), num_servers=2) as fleet:``
+starts the servers (concurrently), builds a :class:`~agentrl.inference.router.Router`
+over them, runs periodic health checks and owns a
+:class:`~agentrl.inference.weight_sync.WeightSync`. A server that dies or stops
+answering is taken out of rotation (its in-flight episodes are re-sent elsewhere
+by the router), restarted on its port, loaded with the current weights and put
+back. Attached servers (``Fleet.attach(urls)``) are health-checked and put back
+when they answer again, but not restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from agentrl.inference.router import Router
+from agentrl.inference.server import ServerConfig, VLLMServer
+from agentrl.inference.weight_sync import PauseMode, SyncReport, WeightSync
+from agentrl.llm import Generation, SamplingParams
+
+__all__ = ["Fleet"]
+
+log = logging.getLogger(__name__)
+
+
+class Fleet:
+    """Servers + router + health checks + weight sync. Use :meth:`launch` or :meth:`attach`.
+
+    Args:
+        router: Routes requests over the servers.
+        servers: The launched servers, aligned with ``router.servers`` (None where attached).
+        health_interval_s: Seconds between health checks.
+        health_timeout_s: Timeout of one ``/health`` call.
+        unhealthy_after: Consecutive failed checks that take a server out.
+        sync_mode: Default pause mode of weight syncs.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        servers: Sequence[VLLMServer | None],
+        *,
+        health_interval_s: float = 2.0,
+        health_timeout_s: float = 5.0,
+        unhealthy_after: int = 2,
+        sync_mode: PauseMode = "keep",
+    ) -> None:
+        self.router = router
+        self.servers = list(servers)
+        self.health_interval_s = health_interval_s
+        self.health_timeout_s = health_timeout_s
+        self.unhealthy_after = unhealthy_after
+        self.weight_sync = WeightSync(router, mode=sync_mode)
+        self.restarts = 0
+        self._fails = [0] * len(self.servers)
+        self._recovering: dict[int, asyncio.Task[None]] = {}
+        self._health_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def launch(
+        cls,
+        config: ServerConfig,
+        num_servers: int = 1,
+        *,
+        ports: Sequence[int] | None = None,
+        api: str = "generate",
+        router_kwargs: dict[str, Any] | None = None,
+        **fleet_kwargs: Any,
+    ) -> Fleet:
+        """Starts ``num_servers`` vLLM servers and returns the running fleet.
+
+        The router speaks vLLM's token route (``api="generate"``) by default: it
+        skips detokenization and reports exact per-token weight versions.
+
+        Raises:
+            ServerStartError: A server could not start (the others are stopped).
+        """
+        if ports is not None and len(ports) != num_servers:
+            raise ValueError(f"{len(ports)} ports given for {num_servers} servers")
+        servers = [VLLMServer(config, ports[i] if ports else None) for i in range(num_servers)]
+        results = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(s.stop() for s in servers))
+            raise errors[0]
+        router = Router([s.url for s in servers], api=api, **(router_kwargs or {}))
+        fleet = cls(router, servers, **fleet_kwargs)
+        await fleet.weight_sync.load_current_all()
+        fleet.start_health_checks()
+        return fleet
+
+    @classmethod
+    async def attach(
+        cls,
+        urls: Sequence[str],
+        *,
+        api: str = "completions",
+        router_kwargs: dict[str, Any] | None = None,
+        **fleet_kwargs: Any,
+    ) -> Fleet:
+        """A fleet over servers someone else runs (health-checked, not restarted)."""
+        router = Router(urls, api=api, **(router_kwargs or {}))
+        fleet = cls(router, [None] * len(urls), **fleet_kwargs)
+        fleet.start_health_checks()
+        return fleet
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.router.servers]
+
+    @property
+    def weight_version(self) -> int:
+        return self.weight_sync.version
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> Generation:
+        """Same as ``fleet.router.generate`` (a Fleet is an LLMClient too)."""
+        return await self.router.generate(prompt_ids, params, session_id=session_id)
+
+    async def sync_weights(self, weights: Any, *, mode: PauseMode | None = None) -> SyncReport:
+        """Pushes ``weights`` to every server; see :meth:`WeightSync.push`."""
+        return await self.weight_sync.push(weights, mode=mode)
+
+    def start_health_checks(self) -> None:
+        """Starts the periodic health loop (idempotent)."""
+        if self._health_task is None or self._health_task.done():
+            self._health_task = asyncio.create_task(self._health_loop(), name="fleet-health")
+
+    async def _health_loop(self) -> None:
+        async with httpx.AsyncClient(timeout=self.health_timeout_s) as http:
+            while not self._closed:
+                try:
+                    await self.check_health(http)
+                except Exception as e:  # the loop must outlive any one bad check
+                    log.error("health check failed: %s", e)
+                await asyncio.sleep(self.health_interval_s)
+
+    async def check_health(self, http: httpx.AsyncClient) -> None:
+        """Checks every server once; starts recovery of the failed ones."""
+
+        async def ok(i: int) -> bool:
+            proc = self.servers[i]
+            if proc is not None and not proc.is_alive():
+                return False
+            try:
+                r = await http.get(f"{self.router.servers[i].url}/health")
+                return r.status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        results = await asyncio.gather(*(ok(i) for i in range(len(self.servers))))
+        for i, good in enumerate(results):
+            state = self.router.servers[i]
+            if i in self._recovering:
+                continue
+            if good:
+                self._fails[i] = 0
+                if not state.healthy:  # answering again: catch up on weights, rejoin
+                    try:
+                        await self.weight_sync.load_current(state)
+                    except Exception as e:
+                        log.warning("%s answers but could not load weights: %s", state.url, e)
+                        continue
+                    self.router.set_healthy(state.url, True)
+                continue
+            self._fails[i] += 1
+            proc = self.servers[i]
+            dead = proc is not None and not proc.is_alive()
+            if dead or self._fails[i] >= self.unhealthy_after or not state.healthy:
+                self.router.set_healthy(state.url, False)
+                if self.servers[i] is not None:
+                    self._recovering[i] = asyncio.create_task(self._recover(i))
+
+    async def _recover(self, i: int) -> None:
+        """Restarts server ``i``, loads the current weights, puts it back in rotation."""
+        server, state = self.servers[i], self.router.servers[i]
+        assert server is not None
+        try:
+            while not self._closed:
+                log.warning("inference server %s is down; restarting it", state.url)
+                try:
+                    await server.stop(grace_s=5.0)
+                    await server.start()
+                    await self.weight_sync.load_current(state)
+                except Exception as e:  # keep trying: an episode must not be lost
+                    log.error("restart of %s failed: %s", state.url, e)
+                    await asyncio.sleep(5.0)
+                    continue
+                self.restarts += 1
+                self._fails[i] = 0
+                self.router.set_healthy(state.url, True)
+                return
+        finally:
+            self._recovering.pop(i, None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stops health checks, recoveries, launched servers and clients (idempotent)."""
+        self._closed = True
+        tasks = [t for t in (self._health_task, *self._recovering.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await asyncio.gather(*(s.stop() for s in self.servers if s is not None))
+        await self.router.close()
+        self.weight_sync.close()

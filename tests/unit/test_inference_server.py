@@ -1,0 +1,99 @@
+"""Fast-failing checks of the server launcher, and the reaper's process-tree cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentrl.inference.server import ServerConfig, ServerStartError, VLLMServer, check_model_dir
+
+
+def _model_dir(tmp_path, template: bool):
+    (tmp_path / "config.json").write_text("{}")
+    cfg = {"chat_template": "{{ messages }}"} if template else {}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return tmp_path
+
+
+def test_missing_model_path(tmp_path):
+    with pytest.raises(ServerStartError, match=r"does not exist.*make-tiny-model"):
+        check_model_dir(str(tmp_path / "nope"))
+
+
+def test_not_a_model_dir(tmp_path):
+    with pytest.raises(ServerStartError, match=r"no config\.json"):
+        check_model_dir(str(tmp_path))
+
+
+def test_tokenizer_without_chat_template(tmp_path):
+    with pytest.raises(ServerStartError, match="no chat template"):
+        check_model_dir(str(_model_dir(tmp_path, template=False)))
+
+
+def test_chat_template_file_is_enough(tmp_path):
+    d = _model_dir(tmp_path, template=False)
+    (d / "chat_template.jinja").write_text("{{ messages }}")
+    assert check_model_dir(str(d)) == d
+
+
+async def test_port_in_use_fails_before_starting(tmp_path):
+    d = _model_dir(tmp_path, template=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        server = VLLMServer(ServerConfig(model=str(d), log_dir=str(tmp_path)), port)
+        with pytest.raises(ServerStartError, match=f"port {port} .* is in use"):
+            await server.start()
+        assert not server.is_alive()
+
+
+def test_command_turns_on_prefix_caching_and_rl_routes(tmp_path):
+    server = VLLMServer(ServerConfig(model="/m", log_dir=str(tmp_path), max_model_len=512), 1234)
+    cmd = server.command()
+    assert "--enable-prefix-caching" in cmd and "--enable-scale-out" in cmd
+    assert cmd[cmd.index("--port") + 1] == "1234" and "--max-model-len" in cmd
+    assert server.environment()["VLLM_SERVER_DEV_MODE"] == "1"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_reaper_takes_the_tree_down_when_its_parent_dies(tmp_path):
+    pidfile = tmp_path / "pids"
+    # parent -> reaper -> bash -> (sleep, sleep); the parent is SIGKILLed.
+    script = (
+        "import subprocess, sys, time, os\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'agentrl.inference.reaper', '--parent',"
+        f" str(os.getpid()), '--grace', '1', '--', 'bash', '-c', 'sleep 300 & echo $! >> {pidfile};"
+        f" sleep 301 & echo $! >> {pidfile}; wait'], start_new_session=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 30
+    while (
+        time.monotonic() < deadline
+        and len(pidfile.read_text().split() if pidfile.exists() else []) < 2
+    ):
+        time.sleep(0.1)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert all(_alive(p) for p in pids)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
