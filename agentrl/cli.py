@@ -92,6 +92,12 @@ def train_cmd(
     resume: Annotated[
         str | None, typer.Option("--resume", help="Continue the run in this directory.")
     ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="Place components on this Ray cluster ('auto', host:port)."
+        ),
+    ] = None,
 ) -> None:
     """Train a policy. With no arguments: the tiny default model on retool, on this CPU."""
     from agentrl.config import ConfigError
@@ -100,6 +106,8 @@ def train_cmd(
     items = list(overrides or [])
     if env:
         items.append(f"env={env}")
+    if ray_address:
+        items.append(f"ray.address={ray_address}")
     try:
         result = train_from_cli(config, items, resume, lambda m: console.print(m, markup=False))
     except ConfigError as e:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrl.orchestration.ray_config import RayConfig
 from agentrl.trainer.config import TrainerConfig
 
 __all__ = [
@@ -140,6 +141,11 @@ class RunConfig(_Strict):
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
+    ray: RayConfig = Field(
+        default_factory=RayConfig,
+        description="Ray cluster placement of servers, rollout workers and trainer workers "
+        "(address None: no Ray, one process).",
+    )
 
 
 class ConfigError(ValueError):

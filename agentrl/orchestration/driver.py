@@ -27,10 +27,9 @@ from typing import Any, Protocol
 
 from agentrl.config import OrchestrationConfig
 from agentrl.orchestration.tasks import TaskStream
-from agentrl.rollout.runner import RolloutRunner
 from agentrl.types import StopReason, Trajectory
 
-__all__ = ["Driver", "StepOutput", "TrainerLike", "select_groups"]
+__all__ = ["Driver", "GroupRunner", "StepOutput", "TrainerLike", "select_groups"]
 
 # Episodes that ended for reasons that are not the policy's doing are not trained on.
 _NOT_TRAINABLE = {
@@ -40,6 +39,16 @@ _NOT_TRAINABLE = {
     StopReason.TOKENIZATION_ERROR,
     StopReason.ABORTED,
 }
+
+
+class GroupRunner(Protocol):
+    """What the driver needs of a rollout side (a RolloutRunner, or Ray rollout workers)."""
+
+    group_size: int
+
+    async def run_group(
+        self, task: Any, *, index: int, seed: int | None = 0, tag: str = ""
+    ) -> list[Trajectory]: ...
 
 
 class TrainerLike(Protocol):
@@ -104,7 +113,7 @@ class Driver:
 
     def __init__(
         self,
-        runner: RolloutRunner,
+        runner: GroupRunner,
         trainer: TrainerLike,
         sync_weights: SyncWeights,
         stream: TaskStream,

@@ -124,6 +124,10 @@ async def train(
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> RunResult:
     """Runs training as configured. See the module docstring for the order of start-up."""
+    if cfg.ray.address is not None:
+        from agentrl.orchestration.ray_train import train_on_ray
+
+        return await train_on_ray(cfg, cfg.ray, resume=resume, say=say, on_step=on_step)
     from agentrl.env_registry import resolve_env
 
     env_cls = resolve_env(cfg.env)
