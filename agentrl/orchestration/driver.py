@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl.config import OrchestrationConfig
+from agentrl.inference.weight_sync import PauseMode
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.types import StopReason, Trajectory
 
@@ -59,7 +60,7 @@ class TrainerLike(Protocol):
     def state_dict_for_inference(self) -> dict[str, Any]: ...
 
 
-SyncWeights = Callable[[dict[str, Any], str], Awaitable[int]]
+SyncWeights = Callable[[dict[str, Any], PauseMode], Awaitable[int]]
 """``await sync(weights, pause_mode) -> new weight version``."""
 
 
@@ -172,7 +173,7 @@ class Driver:
         metrics = await asyncio.to_thread(self.trainer.step, trajs) if trajs else {}
         return dict(metrics), time.perf_counter() - t0
 
-    async def _push(self, mode: str) -> float:
+    async def _push(self, mode: PauseMode) -> float:
         t0 = time.perf_counter()
         weights = await asyncio.to_thread(self.trainer.state_dict_for_inference)
         self.version = await self.sync_weights(weights, mode)
@@ -281,7 +282,7 @@ class Driver:
                 t.add_done_callback(in_flight.discard)
 
         producer = asyncio.create_task(produce())
-        mode = "keep" if cfg.partial_rollout else "wait"
+        mode: PauseMode = "keep" if cfg.partial_rollout else "wait"
         try:
             while self.step < steps and not self.stop.is_set():
                 t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import contextlib
 import json
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,10 @@ from typing import Any
 from agentrl.config import RunConfig, dump_config, load_config
 from agentrl.data import read_rows
 from agentrl.env import Env
-from agentrl.llm import SamplingParams
+from agentrl.inference.weight_sync import PauseMode
+from agentrl.llm import LLMClient, SamplingParams
 from agentrl.logging.run_dir import RunDir
-from agentrl.orchestration.driver import Driver
+from agentrl.orchestration.driver import Driver, GroupRunner
 from agentrl.orchestration.evaluate import evaluate
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
@@ -92,28 +93,172 @@ def _model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
     return str(ensure_tiny_model(TinyRecipe(seed=cfg.model.tiny_seed), log=say))
 
 
-async def _fleet(cfg: RunConfig, model_dir: str, run: RunDir) -> Any:
-    from agentrl.inference.fleet import Fleet
+def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
+    """The vLLM server settings of ``cfg``."""
     from agentrl.inference.server import ServerConfig
 
     inf = cfg.inference
-    if inf.urls:
-        return await Fleet.attach(inf.urls)
-    server = ServerConfig(
+    return ServerConfig(
         model=model_dir,
         max_model_len=inf.max_model_len,
         kv_cache_gib=max(1, round(inf.kv_cache_gb)),
         gpu_memory_utilization=inf.gpu_memory_utilization,
         startup_timeout_s=inf.startup_timeout_s,
         extra_args=tuple(inf.extra_args),
-        log_dir=str(run.path / "logs"),
+        log_dir=log_dir,
     )
-    return await Fleet.launch(server, inf.num_servers)
 
 
 def _checkpoint(trainer: Any, run: RunDir, driver: Driver, extra: dict[str, Any]) -> Path:
     state = {"step": driver.step, "stream": driver.stream.state_dict(), **extra}
     return Path(trainer.save_checkpoint(run.checkpoints, extra={"run": state}))
+
+
+@dataclass
+class Prepared:
+    """What every run needs before its servers and trainer start."""
+
+    cfg: RunConfig
+    env_factory: Callable[[], Env]
+    train_rows: list[Mapping[str, Any]]
+    eval_rows: list[Mapping[str, Any]]
+    model_dir: str
+    tokenizer: Any
+    run: RunDir
+    loop_config: LoopConfig
+
+
+def prepare(cfg: RunConfig, resume: str | Path | None, say: Callable[[str], None]) -> Prepared:
+    """Checks the env, reads the tasks, finds the model and opens the run directory.
+
+    Everything here fails fast, before any server or trainer starts.
+    """
+    from transformers import AutoTokenizer
+
+    from agentrl.env_registry import resolve_env
+
+    env_cls = resolve_env(cfg.env)
+    train_rows, eval_rows = load_tasks_for(cfg, env_cls)
+
+    def env_factory() -> Env:
+        return env_cls(**cfg.env_kwargs)
+
+    model_dir = _model_dir(cfg, say)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if resume:
+        run = RunDir(resume)
+    else:
+        run = RunDir(Path(cfg.output_dir) / (cfg.run_name or time.strftime("%Y%m%d-%H%M%S")))
+        dump_config(cfg, run.path / "config.yaml")
+    say(f"run directory: {run.path}")
+    lcfg = loop_config(cfg)
+    AgentLoop(_NoLLM(), tokenizer, lcfg)  # refuses a bad chat template before servers start
+    return Prepared(cfg, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg)
+
+
+async def drive(
+    prep: Prepared,
+    *,
+    runner: GroupRunner,
+    trainer: Any,
+    llm: LLMClient,
+    push: Callable[[dict[str, Any], PauseMode], Awaitable[int]],
+    resume: bool,
+    say: Callable[[str], None],
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> RunResult:
+    """Evaluates, trains with the :class:`Driver`, checkpoints and evaluates again.
+
+    Args:
+        prep: From :func:`prepare`.
+        runner: Runs groups of episodes.
+        trainer: ``step``, ``state_dict_for_inference``, ``save_checkpoint``,
+            ``load_checkpoint``, ``save_hf``.
+        llm: The client evaluations sample from.
+        push: Pushes weights to the servers (pause mode given), returns the version.
+        resume: Continue from the run directory's last checkpoint.
+        say: Progress messages.
+        on_step: Called with each step's metrics.
+    """
+    cfg, run = prep.cfg, prep.run
+
+    async def sync(weights: dict[str, Any], mode: PauseMode) -> int:
+        try:
+            return await push(weights, mode)
+        except Exception as e:
+            raise ComponentError(f"weight sync failed: {e!r}") from e
+
+    stop = asyncio.Event()
+    driver = Driver(
+        runner,
+        trainer,
+        sync,
+        TaskStream(prep.train_rows, seed=cfg.seed),
+        cfg.orchestration,
+        tasks_per_step=cfg.rollout.tasks_per_step,
+        seed=cfg.seed,
+        stop=stop,
+    )
+    if resume:
+        extra = await asyncio.to_thread(trainer.load_checkpoint, run.checkpoints)
+        state = extra.get("run", {})
+        driver.step = int(state.get("step", 0))
+        driver.stream.load_state_dict(state["stream"])
+        await sync(await asyncio.to_thread(trainer.state_dict_for_inference), "wait")
+        say(f"resumed at step {driver.step}")
+
+    async def run_eval(step: int) -> dict[str, float]:
+        res = await evaluate(
+            llm,
+            prep.tokenizer,
+            prep.env_factory,
+            prep.eval_rows,
+            prep.loop_config,
+            k=cfg.eval.samples_per_task,
+            temperature=cfg.eval.temperature,
+            success_threshold=cfg.eval.success_threshold,
+            max_concurrency=cfg.rollout.max_concurrency,
+        )
+        run.log(step, res, kind="eval")
+        say(f"eval @ step {step}: success {res['success']:.3f}")
+        return res
+
+    before = await run_eval(driver.step) if not resume else {}
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    try:
+        async for out in await driver.run(cfg.steps):
+            run.log(out.step, out.metrics)
+            run.save_trajectories(out.step, out.trajectories)
+            if on_step:
+                on_step(out.step, out.metrics)
+            if out.step % cfg.save_every == 0:
+                await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
+            if cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps:
+                await run_eval(out.step)
+        interrupted = stop.is_set()
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(_checkpoint, trainer, run, driver, {"crashed": repr(e)})
+        component = "weight sync" if isinstance(e, ComponentError) else "trainer or rollout"
+        raise ComponentError(
+            f"{component} failed at step {driver.step + 1}: {e!r}; the last checkpoint "
+            f"is kept in {run.checkpoints} (resume with --resume {run.path})"
+        ) from e
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+    await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
+    if interrupted:
+        say(f"interrupted: checkpoint saved; continue with --resume {run.path}")
+        return RunResult(run.path, driver.step, before, {}, interrupted=True)
+    after = await run_eval(driver.step)
+    await asyncio.to_thread(trainer.save_hf, run.final_model)
+    (run.path / "summary.json").write_text(
+        json.dumps({"eval_before": before, "eval_after": after, "steps": driver.step})
+    )
+    return RunResult(run.path, driver.step, before, after)
 
 
 async def train(
@@ -128,120 +273,39 @@ async def train(
         from agentrl.orchestration.ray_train import train_on_ray
 
         return await train_on_ray(cfg, cfg.ray, resume=resume, say=say, on_step=on_step)
-    from agentrl.env_registry import resolve_env
-
-    env_cls = resolve_env(cfg.env)
-    train_rows, eval_rows = load_tasks_for(cfg, env_cls)
-
-    def env_factory() -> Env:
-        return env_cls(**cfg.env_kwargs)
-
-    model_dir = _model_dir(cfg, say)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if resume:
-        run = RunDir(resume)
-    else:
-        name = cfg.run_name or time.strftime("%Y%m%d-%H%M%S")
-        run = RunDir(Path(cfg.output_dir) / name)
-        dump_config(cfg, run.path / "config.yaml")
-    say(f"run directory: {run.path}")
-    lcfg = loop_config(cfg)
-    AgentLoop(_NoLLM(), tokenizer, lcfg)  # refuses a bad chat template before servers start
-
+    from agentrl.inference.fleet import Fleet
     from agentrl.trainer import Trainer
 
-    fleet = await _fleet(cfg, model_dir, run)
+    prep = prepare(cfg, resume, say)
+    if cfg.inference.urls:
+        fleet = await Fleet.attach(cfg.inference.urls)
+    else:
+        log_dir = str(prep.run.path / "logs")
+        fleet = await Fleet.launch(
+            server_config(cfg, prep.model_dir, log_dir), cfg.inference.num_servers
+        )
     try:
-        trainer = await asyncio.to_thread(Trainer, cfg.trainer, model_dir)
-        stream = TaskStream(train_rows, seed=cfg.seed)
+        trainer = await asyncio.to_thread(Trainer, cfg.trainer, prep.model_dir)
         runner = RolloutRunner(
-            AgentLoop(fleet, tokenizer, lcfg),
-            env_factory,
+            AgentLoop(fleet, prep.tokenizer, prep.loop_config),
+            prep.env_factory,
             group_size=cfg.rollout.group_size,
             max_concurrency=cfg.rollout.max_concurrency,
         )
 
-        async def sync(weights: dict[str, Any], mode: str) -> int:
-            try:
-                report = await fleet.sync_weights(weights, mode=mode)
-            except Exception as e:
-                raise ComponentError(f"weight sync failed: {e!r}") from e
-            return int(report.version)
+        async def push(weights: dict[str, Any], mode: PauseMode) -> int:
+            return int((await fleet.sync_weights(weights, mode=mode)).version)
 
-        stop = asyncio.Event()
-        driver = Driver(
-            runner,
-            trainer,
-            sync,
-            stream,
-            cfg.orchestration,
-            tasks_per_step=cfg.rollout.tasks_per_step,
-            seed=cfg.seed,
-            stop=stop,
+        return await drive(
+            prep,
+            runner=runner,
+            trainer=trainer,
+            llm=fleet,
+            push=push,
+            resume=bool(resume),
+            say=say,
+            on_step=on_step,
         )
-        if resume:
-            extra = await asyncio.to_thread(trainer.load_checkpoint, run.checkpoints)
-            state = extra.get("run", {})
-            driver.step = int(state.get("step", 0))
-            stream.load_state_dict(state["stream"])
-            await sync(trainer.state_dict_for_inference(), "wait")
-            say(f"resumed at step {driver.step}")
-
-        async def run_eval(step: int) -> dict[str, float]:
-            res = await evaluate(
-                fleet,
-                tokenizer,
-                env_factory,
-                eval_rows,
-                lcfg,
-                k=cfg.eval.samples_per_task,
-                temperature=cfg.eval.temperature,
-                success_threshold=cfg.eval.success_threshold,
-                max_concurrency=cfg.rollout.max_concurrency,
-            )
-            run.log(step, res, kind="eval")
-            say(f"eval @ step {step}: success {res['success']:.3f}")
-            return res
-
-        before = await run_eval(driver.step) if not resume else {}
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
-        interrupted = False
-        try:
-            async for out in await driver.run(cfg.steps):
-                run.log(out.step, out.metrics)
-                run.save_trajectories(out.step, out.trajectories)
-                if on_step:
-                    on_step(out.step, out.metrics)
-                if out.step % cfg.save_every == 0:
-                    await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
-                if cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps:
-                    await run_eval(out.step)
-            interrupted = stop.is_set()
-        except Exception as e:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(_checkpoint, trainer, run, driver, {"crashed": repr(e)})
-            component = "weight sync" if isinstance(e, ComponentError) else "trainer"
-            raise ComponentError(
-                f"{component} failed at step {driver.step + 1}: {e!r}; the last checkpoint "
-                f"is kept in {run.checkpoints} (resume with --resume {run.path})"
-            ) from e
-        finally:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
-        await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
-        if interrupted:
-            say(f"interrupted: checkpoint saved; continue with --resume {run.path}")
-            return RunResult(run.path, driver.step, before, {}, interrupted=True)
-        after = await run_eval(driver.step)
-        await asyncio.to_thread(trainer.save_hf, run.final_model)
-        (run.path / "summary.json").write_text(
-            json.dumps({"eval_before": before, "eval_after": after, "steps": driver.step})
-        )
-        return RunResult(run.path, driver.step, before, after)
     finally:
         await fleet.close()
 
