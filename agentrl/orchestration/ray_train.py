@@ -16,7 +16,14 @@ from pathlib import Path
 from agentrl.config import RunConfig
 from agentrl.orchestration.ray_cluster import RayDeployment, connect
 from agentrl.orchestration.ray_config import RayConfig
-from agentrl.orchestration.run import RunResult, drive, loop_config, prepare, server_config
+from agentrl.orchestration.run import (
+    RunResult,
+    drive,
+    loop_config,
+    preflight_env,
+    prepare,
+    server_config,
+)
 
 __all__ = ["start_deployment", "train_on_ray"]
 
@@ -61,6 +68,7 @@ async def train_on_ray(
     """
     ray_cfg = ray_cfg or cfg.ray
     prep = prepare(cfg, resume, say)
+    await preflight_env(prep.env_cls, cfg.env_kwargs)
     owned = deployment is None
     shutdown = False
     if deployment is None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from agentrl.config import RunConfig, dump_config, load_config
 from agentrl.data import read_rows
-from agentrl.env import Env
+from agentrl.env import Env, call_maybe_async
 from agentrl.inference.weight_sync import PauseMode
 from agentrl.llm import LLMClient, SamplingParams
 from agentrl.logging.run_dir import RunDir
@@ -109,6 +109,37 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
     )
 
 
+async def check_servers(urls: Sequence[str], timeout_s: float = 10.0) -> None:
+    """Fails at start-up, naming the servers, when any given server does not answer."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=timeout_s) as http:
+
+        async def one(url: str) -> str | None:
+            try:
+                r = await http.get(url.rstrip("/") + "/health")
+            except httpx.HTTPError as e:
+                return f"{url}: {type(e).__name__}: {e}"
+            return None if r.status_code == 200 else f"{url}: /health answered {r.status_code}"
+
+        bad = [b for b in await asyncio.gather(*(one(u) for u in urls)) if b]
+    if bad:
+        raise ComponentError(
+            "cannot reach the inference servers given in inference.urls: " + "; ".join(bad)
+        )
+
+
+async def preflight_env(env_cls: type[Env], kwargs: Mapping[str, Any]) -> None:
+    """Runs the env class's optional ``preflight(**env_kwargs)`` (e.g. start a sandbox once)."""
+    check = getattr(env_cls, "preflight", None)
+    if check is None:
+        return
+    try:
+        await call_maybe_async(check, **kwargs)
+    except Exception as e:
+        raise ComponentError(f"env {env_cls.__name__} cannot start: {e}") from e
+
+
 def _checkpoint(trainer: Any, run: RunDir, driver: Driver, extra: dict[str, Any]) -> Path:
     state = {"step": driver.step, "stream": driver.stream.state_dict(), **extra}
     return Path(trainer.save_checkpoint(run.checkpoints, extra={"run": state}))
@@ -119,6 +150,7 @@ class Prepared:
     """What every run needs before its servers and trainer start."""
 
     cfg: RunConfig
+    env_cls: type[Env]
     env_factory: Callable[[], Env]
     train_rows: list[Mapping[str, Any]]
     eval_rows: list[Mapping[str, Any]]
@@ -153,7 +185,9 @@ def prepare(cfg: RunConfig, resume: str | Path | None, say: Callable[[str], None
     say(f"run directory: {run.path}")
     lcfg = loop_config(cfg)
     AgentLoop(_NoLLM(), tokenizer, lcfg)  # refuses a bad chat template before servers start
-    return Prepared(cfg, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg)
+    return Prepared(
+        cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg
+    )
 
 
 async def drive(
@@ -277,7 +311,9 @@ async def train(
     from agentrl.trainer import Trainer
 
     prep = prepare(cfg, resume, say)
+    await preflight_env(prep.env_cls, cfg.env_kwargs)
     if cfg.inference.urls:
+        await check_servers(cfg.inference.urls)
         fleet = await Fleet.attach(cfg.inference.urls)
     else:
         log_dir = str(prep.run.path / "logs")

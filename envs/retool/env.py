@@ -178,6 +178,21 @@ class RetoolEnv(Env):
         self.sandbox = LazySandbox(self._factory, pool=self._pool)
         self._python = PythonInterpreter(self.sandbox, timeout_s=self.code_timeout_s)
 
+    @classmethod
+    async def preflight(cls, **kwargs: Any) -> None:
+        """Starts one sandbox and runs ``print(2 + 2)`` in it, so a run fails at start-up,
+        not in every episode, when sandboxes cannot start here."""
+        env = cls(**kwargs)
+        try:
+            out = await env.sandbox.run_code("print(2 + 2)")
+            if out.stdout.strip() != "4":
+                raise SandboxError(
+                    f"the sandbox ran `print(2 + 2)` but printed {out.stdout!r} "
+                    f"(stderr: {out.stderr[-500:]!r}, exit code {out.exit_code})"
+                )
+        finally:
+            await env.close()
+
     @staticmethod
     def load_tasks(path: str) -> list[dict[str, Any]]:
         """Reads and validates a task file (see :func:`agentrl.envs.retool.data.load_tasks`)."""
