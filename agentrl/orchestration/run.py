@@ -23,6 +23,7 @@ from agentrl.data import read_rows
 from agentrl.env import Env, call_maybe_async
 from agentrl.inference.weight_sync import PauseMode
 from agentrl.llm import LLMClient, SamplingParams
+from agentrl.logging.progress import ProgressLog, plot_curve
 from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.driver import Driver, GroupRunner
 from agentrl.orchestration.evaluate import evaluate
@@ -254,9 +255,32 @@ async def drive(
             max_concurrency=cfg.rollout.max_concurrency,
         )
         run.log(step, res, kind="eval")
+        progress.eval(step, res)
         say(f"eval @ step {step}: success {res['success']:.3f}")
         return res
 
+    progress = ProgressLog(
+        cfg.steps, run.path, wandb_mode=cfg.wandb, config=cfg.model_dump(mode="json")
+    )
+    try:
+        return await _loop(prep, driver, trainer, run_eval, progress, resume, say, on_step)
+    finally:
+        progress.close()
+        if any(True for _ in run.metrics()):
+            plot_curve(run.metrics(), run.path / "curve.png")
+
+
+async def _loop(
+    prep: Prepared,
+    driver: Driver,
+    trainer: Any,
+    run_eval: Callable[[int], Awaitable[dict[str, float]]],
+    progress: ProgressLog,
+    resume: bool,
+    say: Callable[[str], None],
+    on_step: Callable[[int, dict[str, float]], None] | None,
+) -> RunResult:
+    cfg, run, stop = prep.cfg, prep.run, driver.stop
     before = await run_eval(driver.step) if not resume else {}
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -264,6 +288,7 @@ async def drive(
     try:
         async for out in await driver.run(cfg.steps):
             run.log(out.step, out.metrics)
+            progress.step(out.step, out.metrics)
             run.save_trajectories(out.step, out.trajectories)
             if on_step:
                 on_step(out.step, out.metrics)

@@ -89,6 +89,8 @@ async def test_short_training_in_each_mode(untrained_model_dir, server_url, tmp_
         assert versions <= {0, 1}  # at most one version behind
     assert (result.run_dir / "final_model" / "config.json").is_file()
     assert (result.run_dir / "config.yaml").is_file()
+    assert (result.run_dir / "curve.png").stat().st_size > 0
+    assert any((result.run_dir / "wandb").glob("offline-run-*"))  # wandb offline by default
 
 
 def _indices(run: Path, step: int) -> set[int]:
