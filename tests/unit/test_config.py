@@ -41,7 +41,7 @@ def test_bad_keys_and_values_name_the_key(override: str, message: str):
 def test_unknown_key_in_a_preset_file(tmp_path: Path):
     preset = tmp_path / "p.yaml"
     preset.write_text("rollout:\n  temprature: 0.5\n")
-    with pytest.raises(ConfigError, match="did you mean 'rollout.temperature'"):
+    with pytest.raises(ConfigError, match=r"did you mean 'rollout\.temperature'"):
         load_config(preset)
 
 
