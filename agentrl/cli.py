@@ -122,6 +122,66 @@ def train_cmd(
     console.print(f"run directory: {result.run_dir}")
 
 
+@app.command("eval")
+def eval_cmd(
+    overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides.")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="Env spec.")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model directory (default: the tiny model).")
+    ] = None,
+    config: Annotated[str | None, typer.Option("--config", help="A YAML preset.")] = None,
+    k: Annotated[int, typer.Option("--k", help="Episodes per task (pass@k).")] = 1,
+) -> None:
+    """Evaluate a model on an env's held-out tasks: success rate, pass@k, mean reward."""
+    import asyncio
+
+    from agentrl.config import ConfigError, load_config
+    from agentrl.orchestration.run import ComponentError, evaluate_model
+
+    items = list(overrides or [])
+    items += [f"env={env}"] if env else []
+    items += [f"model.path={model}"] if model else []
+    items += [f"eval.samples_per_task={k}"]
+    try:
+        cfg = load_config(config, items)
+        res = asyncio.run(evaluate_model(cfg, say=lambda m: console.print(m, markup=False)))
+    except (ConfigError, ComponentError) as e:
+        raise _fail(str(e)) from e
+    for key, value in res.items():
+        console.print(f"{key}: {value:.4g}")
+
+
+@app.command("view")
+def view_cmd(
+    run_dir: Annotated[str, typer.Argument(help="A run directory.")],
+    step: Annotated[int | None, typer.Option(help="Step to show (default: the last).")] = None,
+    episode: Annotated[int, typer.Option(help="Index of the episode in that step.")] = 0,
+) -> None:
+    """Show one recorded episode of a run: messages, reward, stop reason, token counts."""
+    from agentrl.logging.run_dir import read_trajectories
+
+    files = sorted(Path(run_dir, "trajectories").glob("step_*.parquet"))
+    if not files:
+        raise _fail(f"no trajectories in {run_dir}")
+    path = files[-1] if step is None else Path(run_dir, "trajectories", f"step_{step:06d}.parquet")
+    if not path.exists():
+        raise _fail(f"no trajectories for step {step} in {run_dir}")
+    trajs = read_trajectories(path)
+    if not 0 <= episode < len(trajs):
+        raise _fail(f"{path.name} has {len(trajs)} episodes")
+    t = trajs[episode]
+    console.print(
+        f"{path.name} episode {episode}/{len(trajs)}: task {t.task_id} reward {t.reward} "
+        f"stop {t.stop_reason} turns {t.num_turns} tokens {len(t)} (model {t.num_model_tokens})",
+        markup=False,
+    )
+    for m in t.messages:
+        calls = "".join(f"\n  -> {c.name}({c.arguments})" for c in m.tool_calls)
+        console.print(f"[{m.role}] {m.content}{calls}", markup=False)
+    if t.error:
+        console.print(f"error: {t.error}", markup=False)
+
+
 @app.command("make-tiny-model")
 def make_tiny_model(
     seed: Annotated[int, typer.Option(help="Seed of the tokenizer, init and SFT data.")] = 0,

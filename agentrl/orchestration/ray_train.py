@@ -16,14 +16,8 @@ from pathlib import Path
 from agentrl.config import RunConfig
 from agentrl.orchestration.ray_cluster import RayDeployment, connect
 from agentrl.orchestration.ray_config import RayConfig
-from agentrl.orchestration.run import (
-    RunResult,
-    drive,
-    loop_config,
-    preflight_env,
-    prepare,
-    server_config,
-)
+from agentrl.orchestration.run import RunResult, drive
+from agentrl.orchestration.startup import loop_config, preflight_env, prepare, server_config
 
 __all__ = ["start_deployment", "train_on_ray"]
 

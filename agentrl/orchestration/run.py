@@ -12,29 +12,30 @@ import asyncio
 import contextlib
 import json
 import signal
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import RunConfig, dump_config, load_config
-from agentrl.data import read_rows
-from agentrl.env import Env, call_maybe_async
+from agentrl.config import RunConfig, load_config
 from agentrl.inference.weight_sync import PauseMode
-from agentrl.llm import LLMClient, SamplingParams
+from agentrl.llm import LLMClient
 from agentrl.logging.progress import ProgressLog, plot_curve
 from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.driver import Driver, GroupRunner
 from agentrl.orchestration.evaluate import evaluate
+from agentrl.orchestration.startup import (
+    ComponentError,
+    Prepared,
+    check_servers,
+    preflight_env,
+    prepare,
+    server_config,
+)
 from agentrl.orchestration.tasks import TaskStream
-from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
+from agentrl.rollout import AgentLoop, RolloutRunner
 
-__all__ = ["ComponentError", "RunResult", "load_tasks_for", "train"]
-
-
-class ComponentError(RuntimeError):
-    """A component of the run failed; the message names it."""
+__all__ = ["ComponentError", "RunResult", "drive", "evaluate_model", "train", "train_from_cli"]
 
 
 @dataclass
@@ -48,147 +49,9 @@ class RunResult:
     interrupted: bool = False
 
 
-def load_tasks_for(
-    cfg: RunConfig, env_cls: type[Env]
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """Train and held-out tasks: from ``cfg.tasks`` or the env's ``default_tasks``.
-
-    A task file is read with the env's ``load_tasks(path)`` when it has one (which
-    validates each row), else as plain rows; the first tenth (at most
-    ``eval.num_tasks``) is held out.
-    """
-    if cfg.tasks:
-        loader = getattr(env_cls, "load_tasks", None)
-        rows = loader(cfg.tasks) if loader else [r for _, r in read_rows(cfg.tasks)]
-        n_eval = min(cfg.eval.num_tasks, max(1, len(rows) // 10))
-        return rows[n_eval:], rows[:n_eval]
-    default = getattr(env_cls, "default_tasks", None)
-    if default is None:
-        raise ValueError(
-            f"env {cfg.env!r} has no built-in tasks (no default_tasks); give a task file "
-            "with tasks=PATH"
-        )
-    train_rows = default(split="train", n=4096, seed=cfg.seed)
-    eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed)
-    return train_rows, eval_rows
-
-
-def loop_config(cfg: RunConfig) -> LoopConfig:
-    r = cfg.rollout
-    return LoopConfig(
-        max_turns=r.max_turns,
-        max_total_tokens=r.max_total_tokens,
-        max_tokens_per_turn=r.max_tokens_per_turn,
-        episode_timeout_s=r.episode_timeout_s,
-        sampling=SamplingParams(temperature=r.temperature, top_p=r.top_p),
-        tool_timeout_s=r.tool_timeout_s,
-        max_tool_output_chars=r.max_tool_output_chars,
-    )
-
-
-def _model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
-    if cfg.model.path:
-        return cfg.model.path
-    from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
-
-    return str(ensure_tiny_model(TinyRecipe(seed=cfg.model.tiny_seed), log=say))
-
-
-def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
-    """The vLLM server settings of ``cfg``."""
-    from agentrl.inference.server import ServerConfig
-
-    inf = cfg.inference
-    return ServerConfig(
-        model=model_dir,
-        max_model_len=inf.max_model_len,
-        kv_cache_gib=max(1, round(inf.kv_cache_gb)),
-        gpu_memory_utilization=inf.gpu_memory_utilization,
-        startup_timeout_s=inf.startup_timeout_s,
-        extra_args=tuple(inf.extra_args),
-        log_dir=log_dir,
-    )
-
-
-async def check_servers(urls: Sequence[str], timeout_s: float = 10.0) -> None:
-    """Fails at start-up, naming the servers, when any given server does not answer."""
-    import httpx
-
-    async with httpx.AsyncClient(timeout=timeout_s) as http:
-
-        async def one(url: str) -> str | None:
-            try:
-                r = await http.get(url.rstrip("/") + "/health")
-            except httpx.HTTPError as e:
-                return f"{url}: {type(e).__name__}: {e}"
-            return None if r.status_code == 200 else f"{url}: /health answered {r.status_code}"
-
-        bad = [b for b in await asyncio.gather(*(one(u) for u in urls)) if b]
-    if bad:
-        raise ComponentError(
-            "cannot reach the inference servers given in inference.urls: " + "; ".join(bad)
-        )
-
-
-async def preflight_env(env_cls: type[Env], kwargs: Mapping[str, Any]) -> None:
-    """Runs the env class's optional ``preflight(**env_kwargs)`` (e.g. start a sandbox once)."""
-    check = getattr(env_cls, "preflight", None)
-    if check is None:
-        return
-    try:
-        await call_maybe_async(check, **kwargs)
-    except Exception as e:
-        raise ComponentError(f"env {env_cls.__name__} cannot start: {e}") from e
-
-
 def _checkpoint(trainer: Any, run: RunDir, driver: Driver, extra: dict[str, Any]) -> Path:
     state = {"step": driver.step, "stream": driver.stream.state_dict(), **extra}
     return Path(trainer.save_checkpoint(run.checkpoints, extra={"run": state}))
-
-
-@dataclass
-class Prepared:
-    """What every run needs before its servers and trainer start."""
-
-    cfg: RunConfig
-    env_cls: type[Env]
-    env_factory: Callable[[], Env]
-    train_rows: list[Mapping[str, Any]]
-    eval_rows: list[Mapping[str, Any]]
-    model_dir: str
-    tokenizer: Any
-    run: RunDir
-    loop_config: LoopConfig
-
-
-def prepare(cfg: RunConfig, resume: str | Path | None, say: Callable[[str], None]) -> Prepared:
-    """Checks the env, reads the tasks, finds the model and opens the run directory.
-
-    Everything here fails fast, before any server or trainer starts.
-    """
-    from transformers import AutoTokenizer
-
-    from agentrl.env_registry import resolve_env
-
-    env_cls = resolve_env(cfg.env)
-    train_rows, eval_rows = load_tasks_for(cfg, env_cls)
-
-    def env_factory() -> Env:
-        return env_cls(**cfg.env_kwargs)
-
-    model_dir = _model_dir(cfg, say)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if resume:
-        run = RunDir(resume)
-    else:
-        run = RunDir(Path(cfg.output_dir) / (cfg.run_name or time.strftime("%Y%m%d-%H%M%S")))
-        dump_config(cfg, run.path / "config.yaml")
-    say(f"run directory: {run.path}")
-    lcfg = loop_config(cfg)
-    AgentLoop(_NoLLM(), tokenizer, lcfg)  # refuses a bad chat template before servers start
-    return Prepared(
-        cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg
-    )
 
 
 async def drive(
@@ -371,9 +234,31 @@ async def train(
         await fleet.close()
 
 
-class _NoLLM:
-    async def generate(self, *a: Any, **k: Any) -> Any:
-        raise RuntimeError("not for generation")
+async def evaluate_model(cfg: RunConfig, *, say: Callable[[str], None] = print) -> dict[str, float]:
+    """Serves ``cfg.model`` and evaluates it on the env's held-out tasks (``agentrl eval``)."""
+    from agentrl.inference.fleet import Fleet
+
+    prep = prepare(cfg, None, say, keep_run=False)
+    await preflight_env(prep.env_cls, cfg.env_kwargs)
+    if cfg.inference.urls:
+        await check_servers(cfg.inference.urls)
+        fleet = await Fleet.attach(cfg.inference.urls)
+    else:
+        fleet = await Fleet.launch(server_config(cfg, prep.model_dir, None), 1)
+    try:
+        return await evaluate(
+            fleet,
+            prep.tokenizer,
+            prep.env_factory,
+            prep.eval_rows,
+            prep.loop_config,
+            k=cfg.eval.samples_per_task,
+            temperature=cfg.eval.temperature,
+            success_threshold=cfg.eval.success_threshold,
+            max_concurrency=cfg.rollout.max_concurrency,
+        )
+    finally:
+        await fleet.close()
 
 
 def train_from_cli(

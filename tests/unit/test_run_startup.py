@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from agentrl.envs.retool import RetoolEnv
-from agentrl.orchestration.run import ComponentError, check_servers, preflight_env
+from agentrl.orchestration.startup import ComponentError, check_servers, preflight_env
 from agentrl.sandbox.base import SandboxError
 from agentrl.testing.scripted_server import RandomPolicy, ScriptedServer
 
