@@ -164,3 +164,24 @@ def test_custom_env_trains_through_the_cli(untrained_model_dir, server_url, tmp_
     prompt = tok.decode(trajs[0].token_ids[: trajs[0].prompt_length])
     assert '"name": "check"' in prompt and "I am thinking of a number" in prompt
     assert "held-out success" in proc.stdout
+
+
+def test_eval_and_view_commands(untrained_model_dir, server_url, tmp_path):
+    args = _overrides(untrained_model_dir, server_url, tmp_path)
+    ev = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "eval", "--env", "retool", *args],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert ev.returncode == 0, ev.stdout + ev.stderr
+    assert "success: " in ev.stdout and "pass@1: " in ev.stdout
+
+    cfg = load_config(
+        None, _overrides(untrained_model_dir, server_url, tmp_path, steps=1, run_name="v")
+    )
+    asyncio.run(train(cfg, say=lambda _m: None))
+    view = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "view", str(tmp_path / "v"), "--step", "1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert view.returncode == 0, view.stdout + view.stderr
+    assert "step_000001.parquet episode 0/4" in view.stdout and "[user]" in view.stdout
