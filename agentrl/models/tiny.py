@@ -42,8 +42,8 @@ class TinyRecipe:
         seed: Seeds the tokenizer corpus, init, demonstrations and batch order.
         hidden_size: Model width.
         num_layers: Transformer blocks.
-        num_heads: Attention heads (head_dim is fixed at 64, so heads * 64 may exceed
-            hidden_size, which Qwen2 allows).
+        num_heads: Attention heads; must be hidden_size / 64 (vLLM's Qwen2 derives
+            head_dim from them, and its CPU kernels need head_dim 64).
         num_kv_heads: Key/value heads.
         intermediate_size: MLP width.
         max_position_embeddings: Context length.
@@ -60,8 +60,8 @@ class TinyRecipe:
     seed: int = 0
     hidden_size: int = 128
     num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
     intermediate_size: int = 512
     max_position_embeddings: int = 4096
     num_demos: int = 4000
@@ -91,6 +91,11 @@ def tiny_config(recipe: TinyRecipe, vocab_size: int, eos_id: int, pad_id: int) -
     """The ``Qwen2Config`` of the tiny model."""
     from transformers import Qwen2Config
 
+    if recipe.num_heads * 64 != recipe.hidden_size:
+        raise ValueError(
+            f"tiny recipe: hidden_size {recipe.hidden_size} != 64 * num_heads {recipe.num_heads}; "
+            "vLLM's Qwen2 uses head_dim = hidden_size / num_heads and its CPU kernels need 64"
+        )
     kwargs: dict[str, Any] = {
         "vocab_size": vocab_size,
         "hidden_size": recipe.hidden_size,

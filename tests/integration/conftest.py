@@ -18,7 +18,7 @@ import pytest
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 
 # Untrained: integration tests need the format, not the skill.
-UNTRAINED = TinyRecipe(steps=0, copy_steps=0, num_demos=0, max_position_embeddings=1024)
+UNTRAINED = TinyRecipe(steps=0, copy_steps=0, num_demos=0, max_position_embeddings=4096)
 
 
 def _need_vllm() -> None:
@@ -40,7 +40,7 @@ def server_config(untrained_model_dir: Path, tmp_path_factory: pytest.TempPathFa
     return ServerConfig(
         model=str(untrained_model_dir),
         dtype="float32",
-        max_model_len=1024,
+        max_model_len=4096,
         max_num_seqs=32,
         kv_cache_gib=1,
         startup_timeout_s=420,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -36,6 +37,17 @@ async def _until(cond, limit_s: float = 300.0, what: str = "condition") -> None:
             return
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.01)
+
+
+async def _generated_tokens(urls: list[str]) -> float:
+    """Tokens generated so far by all servers (their /metrics counters)."""
+    total = 0.0
+    async with httpx.AsyncClient(timeout=10) as http:
+        for u in urls:
+            for line in (await http.get(f"{u}/metrics")).text.splitlines():
+                if line.startswith("vllm:generation_tokens_total"):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def _hf_logprobs(model, prompt: list[int], out: list[int]) -> list[float]:
@@ -111,15 +123,20 @@ async def test_weight_sync_changes_the_served_model(fleet, hf, tmp_path):
     write_safetensors(noisy, noisy_dir)
 
     # A request in flight across a sync (mode keep) completes, partly on each version.
-    for seed in range(20):  # a seed whose 900 tokens hold no EOS on the current weights
-        long = SamplingParams(max_tokens=900, temperature=1.0, seed=seed)
+    for seed in range(20):  # a seed whose tokens hold no EOS on the current weights
+        long = SamplingParams(max_tokens=3500, temperature=1.0, seed=seed)
         if (await fleet.generate(prompt, long)).finish_reason == "length":
             break
+    else:
+        pytest.fail("no seed gave 3500 tokens without EOS")
     failovers0 = fleet.router.failovers
+    generated0 = await _generated_tokens(fleet.urls)
     task = asyncio.create_task(fleet.generate(prompt, long, session_id="kept"))
-    await _until(lambda: sum(s.in_flight for s in fleet.router.servers) > 0, what="the request")
-    await asyncio.sleep(0.3)
-    assert not task.done(), "generation finished before the sync; raise max_tokens"
+    while await _generated_tokens(fleet.urls) < generated0 + 50 and not task.done():
+        pass  # each poll is an HTTP round trip
+    if task.done():
+        g = task.result()
+        pytest.fail(f"finished before the sync: {g.finish_reason}, {len(g.token_ids)} tokens")
     report = await fleet.sync_weights(noisy_dir, mode="keep")
     kept = await asyncio.wait_for(task, 300)
     assert report.version == v0 + 1 == fleet.weight_version

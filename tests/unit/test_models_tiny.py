@@ -88,3 +88,10 @@ def test_build_is_deterministic(tmp_path):
 @pytest.mark.parametrize("code", ["print(2 + 3 * 4)", "2+3*4", "print(20 - 6)"])
 def test_probe_tool_simulator(code):
     assert _run_python(code) == str(eval(code.removeprefix("print(").removesuffix(")")))
+
+
+def test_recipe_rejects_head_dims_vllm_would_misread():
+    from agentrl.models.tiny import tiny_config
+
+    with pytest.raises(ValueError, match="head_dim"):
+        tiny_config(TinyRecipe(hidden_size=128, num_heads=4), 3072, 2, 0)
