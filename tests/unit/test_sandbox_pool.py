@@ -171,7 +171,7 @@ async def test_acquire_timeout() -> None:
 
 def test_make_sandbox_registry() -> None:
     assert isinstance(make_sandbox("local", limits=SandboxLimits()), LocalSandbox)
-    with pytest.raises(ValueError, match="valid kinds: local"):
+    with pytest.raises(ValueError, match="valid kinds: docker, local"):
         make_sandbox("nope")
 
 
