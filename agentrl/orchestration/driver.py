@@ -75,10 +75,14 @@ def select_groups(
     kept: list[list[Trajectory]] = []
     why: Counter[str] = Counter()
     for g in groups:
-        ok = [t for t in g if t.stop_reason not in _NOT_TRAINABLE]
+        ok = []
         for t in g:
             if t.stop_reason in _NOT_TRAINABLE:
                 why[f"episode:{t.stop_reason}"] += 1
+            elif not t.num_model_tokens:
+                why["episode:no_model_tokens"] += 1  # e.g. the prompt alone filled the context
+            else:
+                ok.append(t)
         if len(ok) < min_group or not ok:
             why["group:too_few_episodes"] += 1
             continue

@@ -247,10 +247,13 @@ class AgentLoop:
                 last_turn=turn == max_turns - 1,
             )
             traj.messages.append(action.to_message())
-            if gen.finish_reason != "stop" or not gen.token_ids:
-                # Cut by the token budget (or aborted): the turn is incomplete.
-                raise _Stop(StopReason.MAX_TOKENS)
-            if gen.token_ids[-1] != chat.eot_id:
+            cut = gen.finish_reason != "stop" or not gen.token_ids
+            if cut:
+                # Cut by the token budget (or aborted): the turn is incomplete, so its tool
+                # calls are not run; the env still sees it, as the last turn, so an env
+                # that scores at the end (e.g. runs tests) can do so. Then the episode ends.
+                action = replace(action, tool_calls=(), parse_errors=(), last_turn=True)
+            elif gen.token_ids[-1] != chat.eot_id:
                 # Stopped on another stop token: close the turn as the template would,
                 # with tokens the model did not sample (masked out).
                 self._append(traj, [chat.eot_id], "observation")
@@ -274,6 +277,8 @@ class AgentLoop:
             for k, v in step.metrics.items():
                 self._add(traj.metrics, k, float(v))
             traj.info.update(step.info)
+            if cut:
+                raise _Stop(StopReason.MAX_TOKENS)
             new = [*action.tool_results, *_as_messages(list(step.observation), "env.step")]
             traj.messages.extend(new)
             if step.terminated:

@@ -314,11 +314,17 @@ class Trainer:
             metrics.update(reward_metrics(trajectories, cfg))
             self.dropped_groups_total += int(shaped.metrics.get("filter/dropped_groups", 0))
             metrics["filter/dropped_groups_total"] = float(self.dropped_groups_total)
-            kept = [trajectories[i] for i in shaped.kept]
+            # Episodes without a sampled token (e.g. a prompt over the context budget)
+            # have nothing to train on; they are counted, not silently kept.
+            sel = [j for j, i in enumerate(shaped.kept) if trajectories[i].num_model_tokens]
+            metrics["batch/episodes_without_model_tokens"] = float(len(shaped.kept) - len(sel))
+            kept = [trajectories[shaped.kept[j]] for j in sel]
             if not kept:
                 self.global_step += 1
                 return {**metrics, "step/skipped": 1.0, "step": float(self.global_step)}
-            batch = build_batch(kept, shaped.scores, shaped.truncated)
+            batch = build_batch(
+                kept, [shaped.scores[j] for j in sel], [shaped.truncated[j] for j in sel]
+            )
         mask = batch.mask_BR
         decoupled = cfg.correction.mode == "decoupled"
         with timer("prepass"):

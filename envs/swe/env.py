@@ -116,6 +116,16 @@ class SweEnv(Env):
         self.last_grade: GradeResult | None = None
         self.last_patch = ""
 
+    @classmethod
+    def preflight(cls, image: str | None = None, **_: Any) -> None:
+        """Fails at a run's start-up, naming the cause, when no Docker engine answers or
+        the sandbox image cannot be built (``agentrl train`` calls this once)."""
+        from agentrl.sandbox.images import docker_client, ensure_image
+
+        docker_client()
+        if image is None:
+            ensure_image("python")
+
     # ------------------------------------------------------------------ tasks
     @staticmethod
     def default_tasks(

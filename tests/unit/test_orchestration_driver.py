@@ -125,17 +125,26 @@ async def test_dynamic_filter_drops_and_counts_zero_variance_groups(tokenizer):
 
 
 def test_select_groups_counts_untrainable_episodes():
-    def traj(reason, reward=0.0):
-        t = Trajectory("t", "g", "e", reward=reward, stop_reason=reason)
-        return t
+    def traj(reason, reward=0.0, tokens=1):
+        return Trajectory(
+            "t", "g", "e", token_ids=[5] * tokens, loss_mask=[1] * tokens,
+            rollout_logprobs=[0.0] * tokens, weight_versions=[0] * tokens,
+            reward=reward, stop_reason=reason,
+        )  # fmt: skip
 
     groups = [
         [traj(StopReason.DONE, 1.0), traj(StopReason.ENV_ERROR), traj(StopReason.DONE, 0.0)],
         [traj(StopReason.LLM_ERROR), traj(StopReason.DONE, 1.0)],
+        [traj(StopReason.MAX_TOKENS, tokens=0), traj(StopReason.DONE), traj(StopReason.DONE)],
     ]
     kept, why = select_groups(groups, dynamic_filter=False, min_group=2)
-    assert [len(g) for g in kept] == [2]
-    assert why == {"episode:env_error": 1, "episode:llm_error": 1, "group:too_few_episodes": 1}
+    assert [len(g) for g in kept] == [2, 2]
+    assert why == {
+        "episode:env_error": 1,
+        "episode:llm_error": 1,
+        "episode:no_model_tokens": 1,
+        "group:too_few_episodes": 1,
+    }
 
 
 @pytest.mark.parametrize("mode", ["sync", "one_step_off", "fully_async"])

@@ -194,3 +194,16 @@ def test_trainer_does_not_import_rollout_inference_or_orchestration() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_episodes_without_model_tokens_are_counted_and_skipped() -> None:
+    # A prompt that filled the context: no sampled token, nothing to train on.
+    empty = [episode(i, "g", [1, 2, 3], [], float(i)) for i in range(2)]
+    t = Trainer(TrainerConfig(), tiny_lm())
+    before = _params(t)
+    m = t.step(empty)
+    assert m["step/skipped"] == 1.0 and m["batch/episodes_without_model_tokens"] == 2.0
+    assert all(torch.equal(before[k], v) for k, v in _params(t).items())
+    # Mixed with trainable episodes, they are left out of the update and counted.
+    m = t.step([*empty, *random_batch(4)])
+    assert "step/skipped" not in m and m["batch/episodes_without_model_tokens"] == 2.0
