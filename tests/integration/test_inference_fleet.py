@@ -132,24 +132,13 @@ async def test_weight_sync_changes_the_served_model(fleet, hf, tmp_path):
     failovers0 = fleet.router.failovers
 
     async def kept_across_a_sync() -> tuple[list[int], int, dict[str, float]]:
-        # Companion requests share the engine, so the kept one is still generating when
-        # the sync comes; a short prompt's prefill takes milliseconds on this model.
-        companions = [
-            asyncio.create_task(
-                fleet.generate(
-                    prompt,
-                    SamplingParams(max_tokens=3500, temperature=1.0, seed=1000 + i),
-                    session_id=f"load-{i}",
-                )
-            )
-            for i in range(3)
-        ]
+        # A short prompt's prefill takes milliseconds on this model; no companion load,
+        # which would starve the servers' health checks on 2 shared cores.
         task = asyncio.create_task(fleet.generate(prompt, long, session_id="kept"))
         await asyncio.sleep(0.3)
         v_before = fleet.weight_version
         report = await fleet.sync_weights(noisy_dir, mode="keep")
         kept = await asyncio.wait_for(task, 300)
-        await asyncio.wait_for(asyncio.gather(*companions), 300)
         assert report.version == v_before + 1 == fleet.weight_version
         assert set(report.pause_s) == set(fleet.urls)
         assert kept.finish_reason in ("length", "stop") and len(kept.token_ids) > 50
