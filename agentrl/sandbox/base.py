@@ -5,7 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
-__all__ = ["ExecResult", "Sandbox", "SandboxError", "SandboxLimits"]
+__all__ = ["LANGUAGES", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "code_argv"]
+
+
+#: language -> argv prefix; the code is passed as the last argument. Add entries to extend.
+LANGUAGES: dict[str, list[str]] = {
+    "python": ["python3", "-c"],
+    "bash": ["bash", "-c"],
+    "sh": ["sh", "-c"],
+}
+
+
+def code_argv(language: str, code: str) -> list[str]:
+    """The argv that runs ``code`` in ``language`` (see :data:`LANGUAGES`)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"unknown language {language!r}; known: {sorted(LANGUAGES)}")
+    return [*LANGUAGES[language], code]
 
 
 class SandboxError(RuntimeError):

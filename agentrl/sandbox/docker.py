@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
-from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits
+from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits, code_argv
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
 
@@ -43,11 +43,6 @@ UID = 1000  # every command runs as this user
 IDLE_UID = 65534  # the container's idle process: out of reach of uid 1000's signals
 LABEL = "agentrl.sandbox"
 RUN_ID = uuid.uuid4().hex[:12]  # this process's run, on every container it creates
-LANGUAGES: dict[str, list[str]] = {
-    "python": ["python3", "-c"],
-    "bash": ["bash", "-c"],
-    "sh": ["sh", "-c"],
-}
 DEFAULT_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": WORKDIR,
@@ -438,9 +433,7 @@ class DockerSandbox:
         self, code: str, *, language: str = "python", timeout_s: float | None = None
     ) -> ExecResult:
         """Runs a snippet in a language of ``LANGUAGES`` (the code is passed as an argument)."""
-        if language not in LANGUAGES:
-            raise ValueError(f"unknown language {language!r}; known: {sorted(LANGUAGES)}")
-        return await self.exec([*LANGUAGES[language], code], timeout_s=timeout_s)
+        return await self.exec(code_argv(language, code), timeout_s=timeout_s)
 
     # -------------------------------------------------------------------- files
     @staticmethod

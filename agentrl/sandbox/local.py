@@ -32,7 +32,7 @@ import uuid
 from typing import Any, Self
 
 from agentrl.sandbox._cgroup import SandboxCgroups
-from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits
+from agentrl.sandbox.base import LANGUAGES, ExecResult, SandboxError, SandboxLimits, code_argv
 
 __all__ = ["LANGUAGES", "LocalSandbox"]
 
@@ -47,11 +47,6 @@ DEFAULT_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 #: language -> argv prefix; the code is appended as the last argument.
-LANGUAGES: dict[str, list[str]] = {
-    "python": ["python3", "-c"],
-    "bash": ["bash", "-c"],
-    "sh": ["sh", "-c"],
-}
 _RESERVED = ("/workspace", "/tmp", "/dev", "/proc", "/etc", "/usr")
 _DEFAULT_LIMITS = SandboxLimits()
 _UID_RANGE = (1_000_000, 2_000_000_000)
@@ -337,9 +332,7 @@ class LocalSandbox:
         self, code: str, *, language: str = "python", timeout_s: float | None = None
     ) -> ExecResult:
         """Runs a snippet in a language of ``LANGUAGES`` (the code is passed as an argument)."""
-        if language not in LANGUAGES:
-            raise ValueError(f"unknown language {language!r}; known: {sorted(LANGUAGES)}")
-        return await self.exec([*LANGUAGES[language], code], timeout_s=timeout_s)
+        return await self.exec(code_argv(language, code), timeout_s=timeout_s)
 
     @staticmethod
     def _check_path(path: str) -> str:
