@@ -34,6 +34,11 @@ __all__ = [
 ]
 
 
+TINY_MODEL_LR = 3e-4
+"""Learning rate of the embedded default run (the tiny default model, ~1.4M parameters)."""
+_TRAINER_DEFAULTS: dict[str, Any] = {"optim": {"lr": TINY_MODEL_LR}}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -107,7 +112,7 @@ class EvalConfig(_Strict):
     """Held-out evaluation."""
 
     num_tasks: int = Field(64, ge=1, description="Held-out tasks per evaluation.")
-    every: int = Field(0, ge=0, description="Evaluate every N steps (0: only before and after).")
+    every: int = Field(5, ge=0, description="Evaluate every N steps (0: only before and after).")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature for evaluation.")
     samples_per_task: int = Field(1, ge=1, description="k of pass@k.")
     success_threshold: float = Field(
@@ -125,7 +130,13 @@ class RunConfig(_Strict):
     tasks: str | None = Field(
         None, description="Task file (parquet/jsonl); None uses the env's built-in generator."
     )
-    steps: int = Field(20, ge=0, description="Training steps.")
+    task_kwargs: dict[str, Any] | None = Field(
+        None,
+        description="Keyword arguments for the env's built-in generator (its default_tasks), "
+        "e.g. {level: standard} for retool. None: with the tiny default model (model.path "
+        "null), the tasks it was warm-started on (retool: level tiny); else none.",
+    )
+    steps: int = Field(30, ge=0, description="Training steps.")
     seed: int = Field(0, description="Seed of the run (tasks, sampling, trainer).")
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     run_name: str | None = Field(None, description="Run directory name (default: timestamp).")
@@ -139,7 +150,11 @@ class RunConfig(_Strict):
     orchestration: OrchestrationConfig = Field(
         default_factory=OrchestrationConfig, description="Generation/training interleaving."
     )
-    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer.")
+    trainer: TrainerConfig = Field(
+        default_factory=lambda: TrainerConfig.model_validate(_TRAINER_DEFAULTS),
+        description=f"The trainer (optim.lr defaults to {TINY_MODEL_LR:g}, tuned for the tiny "
+        "default model; set it for a real model, as configs/retool-gpu.yaml does).",
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
     ray: RayConfig = Field(
         default_factory=RayConfig,
@@ -198,6 +213,13 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Reads a YAML preset (optional), applies ``key.sub=value`` overrides, validates.
 
@@ -219,6 +241,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         key, raw = item.split("=", 1)
         _set(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+    if isinstance(tree.get("trainer"), dict):  # a partial section keeps the run's defaults
+        tree["trainer"] = _merged(_TRAINER_DEFAULTS, tree["trainer"])
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as e:

@@ -1,130 +1,35 @@
-"""Synthetic retool demonstrations for warm-starting the tiny model.
+"""Warm-start data for the tiny model: demonstrations and copy drills.
 
-The contract shared with ``envs/retool``: a tool named ``python`` taking
-``code: str``; the assistant calls it with ``print(<expression>)``, reads the tool
-response, and answers with ``The answer is \\boxed{<number>}.``. A fraction of the
-demonstrations skip the tool and guess (a wrong or rounded number), so the warm
-start is deliberately partial and RL has something to improve.
+An env can offer demonstrations of its episodes for SFT with a static method
+``demonstrations(n, *, seed) -> list[Demo]`` (the built-in ``retool`` does); the
+tiny model's recipe names the env and asks it through the env registry, so this
+package never imports an env.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "PYTHON_TOOL",
-    "Demo",
-    "copy_drills",
-    "retool_demonstrations",
-    "retool_question",
-]
-
-PYTHON_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "python",
-        "description": "Runs Python code and returns what it prints.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "Python source to run."}},
-            "required": ["code"],
-        },
-    },
-}
-
-_QUESTIONS = (
-    "What is {e}?",
-    "Compute {e}.",
-    "Calculate {e}.",
-    "What is the value of {e}?",
-    "Find {e}.",
-)
-_SYSTEMS = (None, None, "You are a helpful assistant.", "Solve the problem. Use the python tool.")
+__all__ = ["Demo", "copy_drills"]
 
 
 @dataclass(frozen=True)
 class Demo:
-    """One demonstration.
+    """One demonstration: a conversation and the tool schemas shown with it.
 
     Attributes:
-        messages: OpenAI-style chat messages (system optional, user, assistant, tool, assistant).
-        answer: The correct answer as a string.
-        uses_tool: Whether the assistant called the tool.
+        messages: OpenAI-style chat messages; the assistant turns are learned.
+        tools: Tool schemas (OpenAI function format) rendered by the chat template.
+        answer: The task's correct answer, for checks.
+        uses_tool: Whether the demonstration calls a tool.
     """
 
     messages: list[dict[str, Any]]
-    answer: str
-    uses_tool: bool
-
-
-def retool_question(rng: random.Random) -> tuple[str, str, str]:
-    """A random arithmetic question, its answer and its expression.
-
-    Example: ("What is 48213 * 7719?", "372156147", "48213 * 7719").
-    """
-    op = rng.choice(["+", "-", "*", "*"])
-    a = rng.randint(10, 99999)
-    b = rng.randint(2, 9999)
-    expr = f"{a} {op} {b}"
-    value = {"+": a + b, "-": a - b, "*": a * b}[op]
-    return rng.choice(_QUESTIONS).format(e=expr), str(value), expr
-
-
-def _guess(answer: str, rng: random.Random) -> str:
-    """A plausible wrong answer: right leading digits, the rest garbled."""
-    digits = answer.lstrip("-")
-    keep = rng.randint(1, max(1, len(digits) - 1))
-    tail = "".join(str(rng.randint(0, 9)) for _ in range(len(digits) - keep))
-    out = digits[:keep] + tail
-    if out == digits:
-        out = digits[:-1] + str((int(digits[-1]) + 1) % 10)
-    return ("-" if answer.startswith("-") else "") + out
-
-
-def retool_demonstrations(n: int, *, seed: int = 0, tool_rate: float = 0.7) -> list[Demo]:
-    """Makes ``n`` deterministic demonstrations.
-
-    Args:
-        n: How many.
-        seed: RNG seed.
-        tool_rate: Fraction that call the tool and answer correctly; the rest
-            answer at once with a guess.
-    """
-    rng = random.Random(seed)
-    demos = []
-    for i in range(n):
-        question, answer, expr = retool_question(rng)
-        msgs: list[dict[str, Any]] = []
-        system = rng.choice(_SYSTEMS)
-        if system:
-            msgs.append({"role": "system", "content": system})
-        msgs.append({"role": "user", "content": question})
-        uses_tool = rng.random() < tool_rate
-        if uses_tool:
-            call_id = f"call_{i}"
-            msgs += [
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": "python", "arguments": {"code": f"print({expr})"}},
-                        }
-                    ],
-                },
-                {"role": "tool", "content": answer, "tool_call_id": call_id, "name": "python"},
-                {"role": "assistant", "content": f"The answer is \\boxed{{{answer}}}."},
-            ]
-        else:
-            msgs.append(
-                {"role": "assistant", "content": f"The answer is \\boxed{{{_guess(answer, rng)}}}."}
-            )
-        demos.append(Demo(msgs, answer, uses_tool))
-    return demos
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    answer: str = ""
+    uses_tool: bool = False
 
 
 def copy_drills(

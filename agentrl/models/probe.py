@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import json
 import operator
-import random
 import re
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ _OPS: dict[type, Any] = {
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
 }
 
 
@@ -51,23 +51,28 @@ def _run_python(code: str) -> str:
 
 
 def probe_retool(
-    model_dir: str | Path, n: int = 64, *, seed: int = 1234, temperature: float = 0.0
+    model_dir: str | Path, n: int = 64, *, seed: int = 0, temperature: float = 0.0
 ) -> dict[str, float]:
-    """Plays ``n`` retool episodes with the model; returns tool-call rate and accuracy."""
+    """Plays ``n`` held-out retool episodes (tiny level) with the model, the tool
+    simulated; returns the tool-call rate and the accuracy."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.models.demos import PYTHON_TOOL, retool_question
+    from agentrl.env_registry import resolve_env
+    from agentrl.models.tiny import tiny_task_kwargs
 
+    env_cls: Any = resolve_env("retool")
+    env = env_cls()
+    tools = [t.schema() for t in env.tools()]
+    rows = env_cls.default_tasks(split="test", n=n, seed=seed, **tiny_task_kwargs("retool"))
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
-    rng = random.Random(seed)
     torch.manual_seed(seed)
     calls = correct = 0
 
     def turn(msgs: list[dict[str, Any]]) -> str:
         text = tok.apply_chat_template(
-            msgs, tools=[PYTHON_TOOL], tokenize=False, add_generation_prompt=True
+            msgs, tools=tools, tokenize=False, add_generation_prompt=True
         )
         ids = torch.tensor([tok.encode(text, add_special_tokens=False)])
         kw: dict[str, Any] = (
@@ -82,9 +87,9 @@ def probe_retool(
             )  # fmt: skip
         return str(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=False))
 
-    for _ in range(n):
-        question, answer, _expr = retool_question(rng)
-        msgs: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    for row in rows:
+        answer = row["reward_model"]["ground_truth"]
+        msgs: list[dict[str, Any]] = [m.to_dict() for m in env.reset(row)]
         reply = turn(msgs).split("<|im_end|>")[0]
         m = _CALL.search(reply)
         if m:

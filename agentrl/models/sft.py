@@ -68,6 +68,42 @@ def encode_conversation(
     return ids, mask
 
 
+def _common_prefix(batch: Sequence[tuple[list[int], list[int]]]) -> int:
+    """Length of the token prefix every example of ``batch`` starts with (short of the
+    shortest, so each example keeps a token after it)."""
+    first = batch[0][0]
+    n = min(len(ids) for ids, _ in batch) - 1
+    for k in range(max(0, n)):
+        if any(ids[k] != first[k] for ids, _ in batch):
+            return k
+    return max(0, n)
+
+
+def _hidden_states(
+    model: PreTrainedModel, inp: torch.Tensor, attn: torch.Tensor, prefix: int
+) -> torch.Tensor:
+    """Last hidden states of a right-padded batch ``inp`` [B, T].
+
+    When the rows share a prefix of ``prefix`` tokens (the system prompt and tool
+    schemas of every demonstration of one env), it is run once and its key/value
+    cache repeated for the rows: the same values and gradients, a fraction of the
+    compute when the prefix is most of each row.
+    """
+    decoder = model.get_decoder()
+    if prefix < 16 or inp.shape[0] == 1:
+        return cast(torch.Tensor, decoder(input_ids=inp, attention_mask=attn).last_hidden_state)
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache()
+    head = decoder(input_ids=inp[:1, :prefix], past_key_values=cache, use_cache=True)
+    cache.batch_repeat_interleave(inp.shape[0])
+    tail = decoder(
+        input_ids=inp[:, prefix:], attention_mask=attn, past_key_values=cache, use_cache=True
+    )
+    rows = inp.shape[0]
+    return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)
+
+
 def train_sft(
     model: PreTrainedModel,
     examples: Sequence[tuple[list[int], list[int]]],
@@ -124,7 +160,7 @@ def train_sft(
             attn[row, : len(ids)] = 1
             labels[row, : len(ids)] = torch.where(torch.tensor(mask) == 1, t, -100)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            hidden = model.get_decoder()(input_ids=inp, attention_mask=attn).last_hidden_state
+            hidden = _hidden_states(model, inp, attn, _common_prefix(batch))
             target = labels[:, 1:]
             sel = target != -100
             logits = model.get_output_embeddings()(hidden[:, :-1][sel])  # only where it counts

@@ -28,9 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinyRecipe", "build_tiny_model", "cache_root", "ensure_tiny_model", "tiny_config"]
+__all__ = [
+    "TinyRecipe",
+    "build_tiny_model",
+    "cache_root",
+    "ensure_tiny_model",
+    "tiny_config",
+    "tiny_task_kwargs",
+]
 
-_RECIPE_VERSION = 2
+_RECIPE_VERSION = 3
 _MARKER = "agentrl_tiny.json"
 
 
@@ -47,8 +54,9 @@ class TinyRecipe:
         num_kv_heads: Key/value heads.
         intermediate_size: MLP width.
         max_position_embeddings: Context length.
-        num_demos: Synthetic demonstrations generated.
-        tool_rate: Fraction of demonstrations that use the tool correctly.
+        env: The env whose ``demonstrations(n, seed=...)`` warm-start the model
+            (looked up in the env registry).
+        num_demos: Demonstrations asked of the env.
         copy_steps: Optimizer steps on copy drills first, to grow induction heads.
         copy_batch_size: Batch size of the copy drills.
         steps: SFT optimizer steps on the demonstrations.
@@ -61,22 +69,31 @@ class TinyRecipe:
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 2
-    num_kv_heads: int = 1
+    num_kv_heads: int = 2
     intermediate_size: int = 512
     max_position_embeddings: int = 4096
+    env: str = "retool"
     num_demos: int = 4000
-    tool_rate: float = 0.7
-    copy_steps: int = 800
+    copy_steps: int = 1000
     copy_batch_size: int = 32
-    steps: int = 400
+    steps: int = 2500
     batch_size: int = 16
-    lr: float = 3e-3
-    bf16: bool = True
+    lr: float = 1e-3
+    bf16: bool = False
 
     def key(self) -> str:
         """Short stable hash of the recipe."""
         blob = json.dumps({"v": _RECIPE_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+_TASK_KWARGS: dict[str, dict[str, Any]] = {"retool": {"level": "tiny"}}
+
+
+def tiny_task_kwargs(env: str) -> dict[str, Any]:
+    """Arguments of ``env``'s ``default_tasks`` for the problems the tiny model was
+    warm-started on (``{}`` for an env it was not)."""
+    return dict(_TASK_KWARGS.get(env, {}))
 
 
 def cache_root() -> Path:
@@ -129,7 +146,8 @@ def build_tiny_model(
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
-    from agentrl.models.demos import PYTHON_TOOL, copy_drills, retool_demonstrations
+    from agentrl.env_registry import resolve_env
+    from agentrl.models.demos import copy_drills
     from agentrl.models.sft import encode_conversation, train_sft
     from agentrl.models.tokenizer import build_tokenizer
 
@@ -142,15 +160,20 @@ def build_tiny_model(
     cfg = tiny_config(recipe, len(tok), tok.eos_token_id, tok.pad_token_id)
     torch.manual_seed(recipe.seed)
     model = Qwen2ForCausalLM(cfg)
-    demos = retool_demonstrations(recipe.num_demos, seed=recipe.seed, tool_rate=recipe.tool_rate)
-    examples = [encode_conversation(tok, d.messages, [PYTHON_TOOL]) for d in demos]
+    examples = []
+    if recipe.num_demos:
+        make_demos = getattr(resolve_env(recipe.env), "demonstrations", None)
+        if make_demos is None:
+            raise ValueError(f"tiny recipe: env {recipe.env!r} offers no demonstrations()")
+        demos = make_demos(recipe.num_demos, seed=recipe.seed)
+        examples = [encode_conversation(tok, d.messages, d.tools) for d in demos]
     say(
         f"tiny model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
         f"{len(examples)} demonstrations, {recipe.steps} SFT steps"
     )
 
     def on_step(step: int, loss: float) -> None:
-        if step % 50 == 0:
+        if step % 250 == 0:
             say(f"  step {step:4d}  loss {loss:.3f}  ({time.monotonic() - t0:.0f}s)")
 
     if recipe.copy_steps:

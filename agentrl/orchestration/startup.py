@@ -40,7 +40,8 @@ class ComponentError(RuntimeError):
 def load_tasks_for(
     cfg: RunConfig, env_cls: type[Env]
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """Train and held-out tasks: from ``cfg.tasks`` or the env's ``default_tasks``.
+    """Train and held-out tasks: from ``cfg.tasks`` or the env's ``default_tasks``
+    (called with ``cfg.task_kwargs``).
 
     A task file is read with the env's ``load_tasks(path)`` when it has one (which
     validates each row), else as plain rows; the first tenth (at most
@@ -57,8 +58,17 @@ def load_tasks_for(
             f"env {cfg.env!r} has no built-in tasks (no default_tasks); give a task file "
             "with tasks=PATH"
         )
-    train_rows = default(split="train", n=4096, seed=cfg.seed)
-    eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed)
+    kwargs = cfg.task_kwargs
+    if kwargs is None:
+        from agentrl.models.tiny import tiny_task_kwargs
+
+        kwargs = tiny_task_kwargs(cfg.env) if cfg.model.path is None else {}
+    try:
+        train_rows = default(split="train", n=4096, seed=cfg.seed, **kwargs)
+        eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"task_kwargs {kwargs} do not fit {cfg.env}'s default_tasks: {e}") from e
+    return train_rows, eval_rows
     return train_rows, eval_rows
 
 

@@ -28,6 +28,7 @@ from agentrl.types import Message
 
 __all__ = [
     "HELD_OUT_PERCENT",
+    "Level",
     "RetoolTask",
     "Split",
     "TaskFormatError",
@@ -204,7 +205,8 @@ def save_tasks(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
 
 # ----------------------------------------------------------------------------- generator
 
-_Problem = tuple[str, tuple[int, ...], str, int]  # (kind, numbers, question, answer)
+_Problem = tuple[str, tuple[int, ...], str, int, str]  # (kind, numbers, question, answer, code)
+_Kind = Callable[[random.Random, bool], _Problem]  # (rng, tiny) -> problem
 
 
 def _digits(rng: random.Random, lo: int, hi: int) -> int:
@@ -212,7 +214,18 @@ def _digits(rng: random.Random, lo: int, hi: int) -> int:
     return rng.randint(10 ** (n - 1), 10**n - 1)
 
 
-def _product(rng: random.Random) -> _Problem:
+def _tiny(
+    kind: str, numbers: tuple[int, ...], expr: str, value: int, rng: random.Random
+) -> _Problem:
+    """A tiny-level problem states its expression, which the solution copies verbatim."""
+    q = rng.choice(["What is {e}?", "Compute {e}.", "Calculate {e}.", "Find the value of {e}."])
+    return kind, numbers, q.format(e=expr), value, f"print({expr})"
+
+
+def _product(rng: random.Random, tiny: bool) -> _Problem:
+    if tiny:
+        a, b = _digits(rng, 2, 3), _digits(rng, 2, 3)
+        return _tiny("product", (a, b), f"{a} * {b}", a * b, rng)
     a, b = _digits(rng, 4, 6), _digits(rng, 4, 6)
     q = rng.choice(
         [
@@ -221,10 +234,13 @@ def _product(rng: random.Random) -> _Problem:
             f"What is {a} multiplied by {b}?",
         ]
     )
-    return "product", (a, b), q, a * b
+    return "product", (a, b), q, a * b, f"print({a} * {b})"
 
 
-def _sum(rng: random.Random) -> _Problem:
+def _sum(rng: random.Random, tiny: bool) -> _Problem:
+    if tiny:
+        xs = tuple(_digits(rng, 2, 4) for _ in range(3))
+        return _tiny("sum", xs, " + ".join(map(str, xs)), sum(xs), rng)
     xs = tuple(_digits(rng, 6, 9) for _ in range(rng.randint(4, 7)))
     listed = ", ".join(str(x) for x in xs[:-1]) + f" and {xs[-1]}"
     q = rng.choice(
@@ -234,53 +250,70 @@ def _sum(rng: random.Random) -> _Problem:
             f"What is the sum of {listed}?",
         ]
     )
-    return "sum", xs, q, sum(xs)
+    return "sum", xs, q, sum(xs), f"print({' + '.join(map(str, xs))})"
 
 
-def _product_minus(rng: random.Random) -> _Problem:
+def _product_minus(rng: random.Random, tiny: bool) -> _Problem:
+    if tiny:
+        a, b, c = _digits(rng, 2, 2), _digits(rng, 2, 2), _digits(rng, 2, 3)
+        return _tiny("product_minus", (a, b, c), f"{a} * {b} - {c}", a * b - c, rng)
     a, b, c = _digits(rng, 4, 5), _digits(rng, 4, 5), _digits(rng, 5, 7)
     q = (
         f"A school buys {a} boxes of {b} pencils each and gives away {c} pencils. "
         "How many pencils are left?"
     )
-    return "product_minus", (a, b, c), q, a * b - c
+    return "product_minus", (a, b, c), q, a * b - c, f"print({a} * {b} - {c})"
 
 
-def _power_mod(rng: random.Random) -> _Problem:
-    a, e, m = rng.randint(100, 9999), rng.randint(100, 999), rng.randint(1000, 99999)
-    return (
-        "power_mod",
-        (a, e, m),
-        f"What is the remainder when {a}^{e} is divided by {m}?",
-        pow(a, e, m),
-    )
-
-
-def _leftover(rng: random.Random) -> _Problem:
+def _leftover(rng: random.Random, tiny: bool) -> _Problem:
+    if tiny:
+        total, k = _digits(rng, 3, 4), rng.randint(7, 99)
+        return _tiny("leftover", (total, k), f"{total} % {k}", total % k, rng)
     total, k = _digits(rng, 8, 10), rng.randint(101, 9999)
     q = (
         f"{total} marbles are packed in bags of {k}. How many marbles are left over "
         "after filling as many full bags as possible?"
     )
-    return "leftover", (total, k), q, total % k
+    return "leftover", (total, k), q, total % k, f"print({total} % {k})"
 
 
-def _sum_of_squares(rng: random.Random) -> _Problem:
+def _power_mod(rng: random.Random, tiny: bool) -> _Problem:
+    a, e, m = rng.randint(100, 9999), rng.randint(100, 999), rng.randint(1000, 99999)
+    q = f"What is the remainder when {a}^{e} is divided by {m}?"
+    return "power_mod", (a, e, m), q, pow(a, e, m), f"print(pow({a}, {e}, {m}))"
+
+
+def _sum_of_squares(rng: random.Random, tiny: bool) -> _Problem:
     lo = rng.randint(100, 5000)
     hi = lo + rng.randint(100, 5000)
     q = f"What is the sum of the squares of all integers from {lo} to {hi}, inclusive?"
-    return "sum_of_squares", (lo, hi), q, sum(i * i for i in range(lo, hi + 1))
+    code = f"print(sum(i * i for i in range({lo}, {hi + 1})))"
+    return "sum_of_squares", (lo, hi), q, sum(i * i for i in range(lo, hi + 1)), code
 
 
-_KINDS: tuple[Callable[[random.Random], _Problem], ...] = (
-    _product,
-    _product,
-    _sum,
-    _product_minus,
-    _power_mod,
-    _leftover,
-    _sum_of_squares,
-)
+class Level(StrEnum):
+    """How hard generated problems are."""
+
+    STANDARD = "standard"
+    """Products of 4–6-digit numbers, sums of 4–7 large numbers, modular powers, …"""
+    TINY = "tiny"
+    """Expressions of 2–4-digit numbers stated as such ("What is 54 * 17 - 23?"):
+    what the tiny default model is warm-started on; the answers still need the
+    interpreter, and a program that solves one copies the expression."""
+
+
+_KINDS: dict[Level, tuple[_Kind, ...]] = {
+    Level.STANDARD: (
+        _product,
+        _product,
+        _sum,
+        _product_minus,
+        _power_mod,
+        _leftover,
+        _sum_of_squares,
+    ),
+    Level.TINY: (_product, _sum, _product_minus, _leftover),
+}
 
 
 def split_of(kind: str, numbers: Sequence[int]) -> Split:
@@ -291,31 +324,37 @@ def split_of(kind: str, numbers: Sequence[int]) -> Split:
 
 
 def generate_tasks(
-    n: int, *, split: Split | str = Split.TRAIN, seed: int = 0
+    n: int, *, split: Split | str = Split.TRAIN, seed: int = 0, level: Level | str = Level.STANDARD
 ) -> list[dict[str, Any]]:
     """Generates ``n`` distinct arithmetic word problems of one split, deterministically.
 
     Args:
         n: How many tasks.
         split: ``"train"`` or ``"test"`` (held out: never overlaps ``"train"``).
-        seed: The same (n, split, seed) always gives the same tasks.
+        seed: The same (n, split, seed, level) always gives the same tasks.
+        level: ``"standard"`` or ``"tiny"`` (see :class:`Level`).
 
     Returns:
-        Rows like :meth:`RetoolTask.to_row`, plus ``kind`` and ``split``.
+        Rows like :meth:`RetoolTask.to_row`, plus ``kind``, ``split`` and ``solution``
+        (a reference program that prints the answer).
+
+    Raises:
+        ValueError: Unknown split or level.
     """
-    split = Split(split)
-    rng = random.Random(f"retool:{split}:{seed}")
+    split, level = Split(split), Level(level)
+    tiny = level is Level.TINY
+    rng = random.Random(f"retool:{split}:{seed}" + (":tiny" if tiny else ""))
     out: list[dict[str, Any]] = []
     seen: set[tuple[str, tuple[int, ...]]] = set()
     while len(out) < n:
-        kind, numbers, question, answer = rng.choice(_KINDS)(rng)
+        kind, numbers, question, answer, code = rng.choice(_KINDS[level])(rng, tiny)
         if split_of(kind, numbers) is not split or (kind, numbers) in seen:
             continue
         seen.add((kind, numbers))
         task = RetoolTask(
-            id=f"retool-{split}-{seed}-{len(out)}",
+            id=f"retool-{split}-{seed}-{len(out)}" + ("-tiny" if tiny else ""),
             messages=(Message.user(question),),
             answer=str(answer),
         )
-        out.append({**task.to_row(), "kind": kind, "split": str(split)})
+        out.append({**task.to_row(), "kind": kind, "split": str(split), "solution": code})
     return out

@@ -24,6 +24,7 @@ from agentrl.builtin_tools.python_interpreter import (  # type: ignore[import-no
 )
 from agentrl.env import Env
 from agentrl.env_registry import register_env
+from agentrl.models.demos import Demo
 from agentrl.sandbox import SandboxPool, make_sandbox
 from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError
 from agentrl.types import Action, Message, StepResult
@@ -200,10 +201,17 @@ class RetoolEnv(Env):
 
     @staticmethod
     def default_tasks(
-        split: Split | str = Split.TRAIN, n: int = 1024, seed: int = 0
+        split: Split | str = Split.TRAIN, n: int = 1024, seed: int = 0, level: str = "standard"
     ) -> list[dict[str, Any]]:
         """Generated tasks (see :func:`agentrl.envs.retool.data.generate_tasks`)."""
-        return generate_tasks(n, split=split, seed=seed)
+        return generate_tasks(n, split=split, seed=seed, level=level)
+
+    @staticmethod
+    def demonstrations(n: int, *, seed: int = 0, level: str = "tiny") -> list[Demo]:
+        """Warm-start demonstrations (see :func:`agentrl.envs.retool.demos.demonstrations`)."""
+        from .demos import demonstrations
+
+        return demonstrations(n, seed=seed, level=level)
 
     def example_task(self) -> dict[str, Any]:
         """One task, for ``agentrl.testing.check_env``."""

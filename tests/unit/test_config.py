@@ -74,3 +74,19 @@ def test_resolved_config_round_trips(tmp_path: Path):
 @pytest.mark.parametrize("preset", sorted(Path("configs").glob("*.yaml")))
 def test_shipped_presets_validate(preset: Path):
     load_config(preset)
+
+
+def test_trainer_overrides_keep_the_embedded_learning_rate():
+    from agentrl.config import TINY_MODEL_LR
+
+    assert load_config(None, []).trainer.optim.lr == TINY_MODEL_LR
+    cfg = load_config(None, ["trainer.loss.name=pg", "trainer.optim.weight_decay=0.1"])
+    assert cfg.trainer.optim.lr == TINY_MODEL_LR  # a partial section is merged, not replaced
+    assert cfg.trainer.loss.name == "pg" and cfg.trainer.optim.weight_decay == 0.1
+    assert load_config(None, ["trainer.optim.lr=1e-6"]).trainer.optim.lr == 1e-6
+
+
+def test_retool_preset_is_the_embedded_default():
+    """`agentrl train --env retool` (no config) and `--config configs/retool.yaml` agree."""
+    preset = load_config(Path(__file__).parents[2] / "configs" / "retool.yaml", [])
+    assert preset.model_dump() == load_config(None, []).model_dump()

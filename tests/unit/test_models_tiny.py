@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -9,37 +10,49 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.models.demos import PYTHON_TOOL, copy_drills, retool_demonstrations
+from agentrl.envs.retool import RetoolEnv
+from agentrl.envs.retool.data import generate_tasks
+from agentrl.envs.retool.demos import TINY_TOOL_RATES, demonstrations
+from agentrl.models.demos import copy_drills
 from agentrl.models.probe import _run_python
 from agentrl.models.sft import encode_conversation
-from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
+from agentrl.models.tiny import TinyRecipe, ensure_tiny_model, tiny_task_kwargs
 from agentrl.models.tokenizer import build_tokenizer
+from agentrl.types import Action
 
 QUICK = TinyRecipe(num_demos=16, copy_steps=2, steps=2, batch_size=4, max_position_embeddings=512)
 
 
 def test_demonstrations_follow_the_retool_contract():
-    demos = retool_demonstrations(200, seed=0, tool_rate=0.7)
-    assert demos == retool_demonstrations(200, seed=0, tool_rate=0.7)  # deterministic
-    assert 0.6 < sum(d.uses_tool for d in demos) / 200 < 0.8  # partial on purpose
-    for d in demos:
+    demos = demonstrations(400, seed=0)
+    assert demos == demonstrations(400, seed=0)  # deterministic
+    env = RetoolEnv()
+    tools = [t.schema() for t in env.tools()]
+    by_kind: dict[str, list[bool]] = {}
+    for d, row in zip(demos, generate_tasks(400, seed=0, level="tiny"), strict=True):
+        assert d.tools == tools  # what the env shows the model
+        assert d.messages[:2] == [m.to_dict() for m in env.reset(row)]
+        by_kind.setdefault(row["kind"], []).append(d.uses_tool)
         final = d.messages[-1]
-        assert final["role"] == "assistant"
         boxed = re.fullmatch(r"The answer is \\boxed\{(-?\d+)\}\.", final["content"])
         assert boxed is not None
         assert (boxed.group(1) == d.answer) == d.uses_tool  # guesses are wrong
+        assert env.step(Action(text=final["content"])).reward == float(d.uses_tool)
         if d.uses_tool:
             call = d.messages[-3]["tool_calls"][0]["function"]
-            assert call["name"] == "python" and set(call["arguments"]) == {"code"}
-            assert _run_python(call["arguments"]["code"]) == d.answer == d.messages[-2]["content"]
-    assert PYTHON_TOOL["function"]["parameters"]["required"] == ["code"]
+            assert call == {"name": "python", "arguments": {"code": row["solution"]}}
+            assert _run_python(row["solution"]) == d.answer == d.messages[-2]["content"]
+    rates = {k: sum(v) / len(v) for k, v in by_kind.items()}
+    for kind, rate in rates.items():  # partial on purpose, and unequal across kinds
+        assert abs(rate - TINY_TOOL_RATES[kind]) < 0.15, (kind, rate)
+    assert len(rates) == 4
 
 
 def test_loss_mask_covers_exactly_the_assistant_turns():
     tok = build_tokenizer()
-    demo = next(d for d in retool_demonstrations(20, seed=1) if d.uses_tool)
-    ids, mask = encode_conversation(tok, demo.messages, [PYTHON_TOOL])
-    text = tok.apply_chat_template(demo.messages, tools=[PYTHON_TOOL], tokenize=False)
+    demo = next(d for d in demonstrations(20, seed=1) if d.uses_tool)
+    ids, mask = encode_conversation(tok, demo.messages, demo.tools)
+    text = tok.apply_chat_template(demo.messages, tools=demo.tools, tokenize=False)
     assert ids == tok.encode(text, add_special_tokens=False)
     learned = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
     call = json.dumps(
@@ -49,6 +62,16 @@ def test_loss_mask_covers_exactly_the_assistant_turns():
         learned
         == f"<tool_call>{call}</tool_call><|im_end|>{demo.messages[-1]['content']}<|im_end|>"
     )
+
+
+def test_tiny_model_tasks_are_the_ones_it_was_warm_started_on():
+    assert tiny_task_kwargs("retool") == {"level": "tiny"}
+    assert tiny_task_kwargs("swe") == {}
+
+
+def test_recipe_needs_an_env_with_demonstrations(tmp_path):
+    with pytest.raises(ValueError, match="demonstrations"):
+        ensure_tiny_model(dataclasses.replace(QUICK, env="swe"), cache_dir=tmp_path)
 
 
 def test_copy_drills_mask_the_repeats():
@@ -85,7 +108,7 @@ def test_build_is_deterministic(tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-@pytest.mark.parametrize("code", ["print(2 + 3 * 4)", "2+3*4", "print(20 - 6)"])
+@pytest.mark.parametrize("code", ["print(2 + 3 * 4)", "2+3*4", "print(20 - 6)", "print(4553 % 17)"])
 def test_probe_tool_simulator(code):
     assert _run_python(code) == str(eval(code.removeprefix("print(").removesuffix(")")))
 
@@ -95,3 +118,37 @@ def test_recipe_rejects_head_dims_vllm_would_misread():
 
     with pytest.raises(ValueError, match="head_dim"):
         tiny_config(TinyRecipe(hidden_size=128, num_heads=4), 3072, 2, 0)
+
+
+def test_shared_prefix_gives_the_same_hidden_states_and_gradients():
+    from agentrl.models.sft import _common_prefix, _hidden_states
+    from agentrl.models.tiny import tiny_config
+
+    tok = build_tokenizer()
+    batch = [encode_conversation(tok, d.messages, d.tools) for d in demonstrations(6, seed=3)]
+    prefix = _common_prefix(batch)
+    assert 100 < prefix < min(len(ids) for ids, _ in batch)  # system prompt + tool schemas
+    width = max(len(ids) for ids, _ in batch)
+    inp = torch.zeros((6, width), dtype=torch.long)
+    attn = torch.zeros((6, width), dtype=torch.long)
+    for row, (ids, _) in enumerate(batch):
+        inp[row, : len(ids)], attn[row, : len(ids)] = torch.tensor(ids), 1
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(TinyRecipe(), len(tok), 2, 0))
+    grads = []
+    for p in (0, prefix):  # 0: the plain full-batch forward
+        model.zero_grad()
+        hidden = _hidden_states(model, inp, attn, p)
+        (hidden * attn[..., None]).square().mean().backward()
+        grads.append(([x.grad.clone() for x in model.parameters()], hidden.detach()))
+    (g0, h0), (g1, h1) = grads
+    keep = attn == 1
+    assert torch.allclose(h0[keep], h1[keep], atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(g0, g1, strict=True))
+
+
+def test_common_prefix_stops_where_rows_differ():
+    from agentrl.models.sft import _common_prefix
+
+    assert _common_prefix([([1, 2, 3, 4], []), ([1, 2, 5, 6, 7], [])]) == 2
+    assert _common_prefix([([1, 2, 3], []), ([1, 2, 3, 4], [])]) == 2  # keeps one token after

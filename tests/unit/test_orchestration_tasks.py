@@ -32,3 +32,24 @@ def test_resume_reissues_in_flight_tasks_once():
     # Every index trained exactly once across the two runs.
     r.mark_done([1, 3, 4])
     assert r.state_dict()["outstanding"] == []
+
+
+def test_tiny_default_model_gets_the_tasks_it_was_warm_started_on():
+    import pytest
+
+    from agentrl.config import load_config
+    from agentrl.env_registry import resolve_env
+    from agentrl.orchestration.startup import load_tasks_for
+
+    retool = resolve_env("retool")
+    small = load_config(None, ["eval.num_tasks=8"])  # model.path null: the tiny model
+    train, held = load_tasks_for(small, retool)
+    assert {r["id"].endswith("-tiny") for r in train + held} == {True}
+    assert len(held) == 8 and not {r["id"] for r in held} & {r["id"] for r in train}
+    own = load_config(None, ["model.path=/some/model", "eval.num_tasks=8"])
+    assert not any(r["id"].endswith("-tiny") for r in load_tasks_for(own, retool)[1])
+    chosen = load_config(None, ["task_kwargs={level: standard}", "eval.num_tasks=8"])
+    assert not any(r["id"].endswith("-tiny") for r in load_tasks_for(chosen, retool)[1])
+    bad = load_config(None, ["task_kwargs={difficulty: 3}"])
+    with pytest.raises(ValueError, match="difficulty"):
+        load_tasks_for(bad, retool)

@@ -158,3 +158,33 @@ def test_invalid_json_line(tmp_path: Path) -> None:
     path.write_text('{"prompt": "q", "answer": 1}\n{not json\n')
     with pytest.raises(TaskFormatError, match=r"broken.jsonl \(line 2\), row 1: not valid JSON"):
         load_tasks(path)
+
+
+@pytest.mark.parametrize("level", ["standard", "tiny"])
+def test_reference_solutions_print_the_answer(level: str) -> None:
+    import subprocess
+    import sys
+
+    rows = [r for r in generate_tasks(60, seed=2, level=level) if r["kind"] != "sum_of_squares"]
+    program = "\n".join(r["solution"] for r in rows)
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [r["reward_model"]["ground_truth"] for r in rows]
+
+
+def test_tiny_level_states_its_expression_and_keeps_splits_apart() -> None:
+    rows = generate_tasks(200, seed=0, level="tiny")
+    assert {r["kind"] for r in rows} == {"product", "sum", "product_minus", "leftover"}
+    for r in rows:
+        expr = r["solution"].removeprefix("print(").removesuffix(")")
+        assert expr in question(r)  # the program copies the question's expression
+        assert all(1 <= len(n) <= 4 for n in re.findall(r"\d+", expr))
+    held = {question(r) for r in generate_tasks(100, split="test", seed=0, level="tiny")}
+    assert not held & {question(r) for r in generate_tasks(2000, seed=0, level="tiny")}
+    assert rows != generate_tasks(200, seed=0)  # a different stream than standard
+
+
+def test_unknown_level_is_refused() -> None:
+    with pytest.raises(ValueError, match="hard"):
+        generate_tasks(1, level="hard")
