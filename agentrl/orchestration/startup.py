@@ -29,6 +29,7 @@ __all__ = [
     "loop_config",
     "preflight_env",
     "prepare",
+    "resolve_model_dir",
     "server_config",
 ]
 
@@ -85,7 +86,8 @@ def loop_config(cfg: RunConfig) -> LoopConfig:
     )
 
 
-def _model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
+def resolve_model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
+    """``model.path``, or the tiny default model's directory (built if missing)."""
     if cfg.model.path:
         return cfg.model.path
     from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
@@ -177,7 +179,7 @@ def prepare(
     def env_factory() -> Env:
         return env_cls(**cfg.env_kwargs)
 
-    model_dir = _model_dir(cfg, say)
+    model_dir = resolve_model_dir(cfg, say)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if resume:
         run = RunDir(resume)

