@@ -9,6 +9,7 @@ BENCHMARKS = [
     "benchmarks.rollout_overhead",
     "benchmarks.delta_tokenization",
     "benchmarks.async_speedup",
+    "benchmarks.async_real",
     "benchmarks.sandbox_local",
     "benchmarks.sandbox_docker",
     "benchmarks.trainer_microbatch",
