@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 # agentrl.builtin_tools is the repo's tools/ installed under that name; mypy sees tools/ as
 # `tools`, so it cannot follow this import.
@@ -24,13 +24,15 @@ from agentrl.builtin_tools.python_interpreter import (  # type: ignore[import-no
 )
 from agentrl.env import Env
 from agentrl.env_registry import register_env
-from agentrl.models.demos import Demo
 from agentrl.sandbox import SandboxPool, make_sandbox
 from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError
 from agentrl.types import Action, Message, StepResult
 
 from .data import RetoolTask, Split, generate_tasks, load_tasks, parse_task
 from .reward import extract_boxed, score
+
+if TYPE_CHECKING:  # agentrl.models pulls in transformers: only the warm start needs it
+    from agentrl.models.demos import Demo
 
 __all__ = ["SYSTEM_PROMPT", "LazySandbox", "RetoolEnv"]
 
