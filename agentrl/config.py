@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentrl.orchestration.ray_config import RayConfig
 from agentrl.trainer.config import TrainerConfig
@@ -37,6 +37,13 @@ __all__ = [
 TINY_MODEL_LR = 3e-4
 """Learning rate of the embedded default run (the tiny default model, ~1.4M parameters)."""
 _TRAINER_DEFAULTS: dict[str, Any] = {"optim": {"lr": TINY_MODEL_LR}}
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 class _Strict(BaseModel):
@@ -155,12 +162,19 @@ class RunConfig(_Strict):
         description=f"The trainer (optim.lr defaults to {TINY_MODEL_LR:g}, tuned for the tiny "
         "default model; set it for a real model, as configs/retool-gpu.yaml does).",
     )
+
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
     ray: RayConfig = Field(
         default_factory=RayConfig,
         description="Ray cluster placement of servers, rollout workers and trainer workers "
         "(address None: no Ray, one process).",
     )
+
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _trainer_keeps_run_defaults(cls, value: Any) -> Any:
+        """A partial trainer section is merged onto the run's trainer defaults."""
+        return _merged(_TRAINER_DEFAULTS, value) if isinstance(value, dict) else value
 
 
 class ConfigError(ValueError):
@@ -213,13 +227,6 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Reads a YAML preset (optional), applies ``key.sub=value`` overrides, validates.
 
@@ -241,8 +248,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         key, raw = item.split("=", 1)
         _set(tree, key.strip(), yaml.safe_load(raw) if raw else "")
-    if isinstance(tree.get("trainer"), dict):  # a partial section keeps the run's defaults
-        tree["trainer"] = _merged(_TRAINER_DEFAULTS, tree["trainer"])
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as e:

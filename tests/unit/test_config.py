@@ -84,6 +84,8 @@ def test_trainer_overrides_keep_the_embedded_learning_rate():
     assert cfg.trainer.optim.lr == TINY_MODEL_LR  # a partial section is merged, not replaced
     assert cfg.trainer.loss.name == "pg" and cfg.trainer.optim.weight_decay == 0.1
     assert load_config(None, ["trainer.optim.lr=1e-6"]).trainer.optim.lr == 1e-6
+    built = RunConfig.model_validate({"trainer": {"loss": {"name": "pg"}}})  # not only in YAML
+    assert built.trainer.optim.lr == TINY_MODEL_LR
 
 
 def test_retool_preset_is_the_embedded_default():
