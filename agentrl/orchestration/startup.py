@@ -7,6 +7,7 @@ env preflight (e.g. a sandbox) → inference servers reachable.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -64,12 +65,12 @@ def load_tasks_for(
         from agentrl.models.tiny import tiny_task_kwargs
 
         kwargs = tiny_task_kwargs(cfg.env) if cfg.model.path is None else {}
-    try:
-        train_rows = default(split="train", n=4096, seed=cfg.seed, **kwargs)
-        eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs)
+    try:  # checked against the signature, so a TypeError inside the generator is not hidden
+        inspect.signature(default).bind(split="train", n=1, seed=cfg.seed, **kwargs)
     except TypeError as e:
         raise ValueError(f"task_kwargs {kwargs} do not fit {cfg.env}'s default_tasks: {e}") from e
-    return train_rows, eval_rows
+    train_rows = default(split="train", n=4096, seed=cfg.seed, **kwargs)
+    eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs)
     return train_rows, eval_rows
 
 
