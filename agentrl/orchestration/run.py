@@ -15,7 +15,7 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl.config import RunConfig, load_config
 from agentrl.inference.weight_sync import PauseMode
@@ -34,6 +34,9 @@ from agentrl.orchestration.startup import (
 )
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.rollout import AgentLoop, RolloutRunner
+
+if TYPE_CHECKING:
+    from agentrl.inference.fleet import Fleet
 
 __all__ = ["ComponentError", "RunResult", "drive", "evaluate_model", "train", "train_from_cli"]
 
@@ -106,17 +109,7 @@ async def drive(
         say(f"resumed at step {driver.step}")
 
     async def run_eval(step: int) -> dict[str, float]:
-        res = await evaluate(
-            llm,
-            prep.tokenizer,
-            prep.env_factory,
-            prep.eval_rows,
-            prep.loop_config,
-            k=cfg.eval.samples_per_task,
-            temperature=cfg.eval.temperature,
-            success_threshold=cfg.eval.success_threshold,
-            max_concurrency=cfg.rollout.max_concurrency,
-        )
+        res = await _evaluate(prep, llm)
         run.log(step, res, kind="eval")
         progress.eval(step, res)
         say(f"eval @ step {step}: success {res['success']:.3f}")
@@ -195,19 +188,12 @@ async def train(
         from agentrl.orchestration.ray_train import train_on_ray
 
         return await train_on_ray(cfg, cfg.ray, resume=resume, say=say, on_step=on_step)
-    from agentrl.inference.fleet import Fleet
     from agentrl.trainer import Trainer
 
     prep = prepare(cfg, resume, say)
     await preflight_env(prep.env_cls, cfg.env_kwargs)
-    if cfg.inference.urls:
-        await check_servers(cfg.inference.urls)
-        fleet = await Fleet.attach(cfg.inference.urls)
-    else:
-        log_dir = str(prep.run.path / "logs")
-        fleet = await Fleet.launch(
-            server_config(cfg, prep.model_dir, log_dir), cfg.inference.num_servers
-        )
+    log_dir = str(prep.run.path / "logs")
+    fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
     try:
         trainer = await asyncio.to_thread(Trainer, cfg.trainer, prep.model_dir)
         runner = RolloutRunner(
@@ -234,29 +220,40 @@ async def train(
         await fleet.close()
 
 
-async def evaluate_model(cfg: RunConfig, *, say: Callable[[str], None] = print) -> dict[str, float]:
-    """Serves ``cfg.model`` and evaluates it on the env's held-out tasks (``agentrl eval``)."""
+async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:
+    """Attaches to ``inference.urls`` (checked first), or launches ``num_servers`` servers."""
     from agentrl.inference.fleet import Fleet
 
-    prep = prepare(cfg, None, say, keep_run=False)
-    await preflight_env(prep.env_cls, cfg.env_kwargs)
+    cfg = prep.cfg
     if cfg.inference.urls:
         await check_servers(cfg.inference.urls)
-        fleet = await Fleet.attach(cfg.inference.urls)
-    else:
-        fleet = await Fleet.launch(server_config(cfg, prep.model_dir, None), 1)
+        return await Fleet.attach(cfg.inference.urls)
+    return await Fleet.launch(server_config(cfg, prep.model_dir, log_dir), num_servers)
+
+
+async def _evaluate(prep: Prepared, llm: LLMClient) -> dict[str, float]:
+    """The held-out evaluation of ``prep.cfg.eval`` with ``llm``."""
+    cfg = prep.cfg
+    return await evaluate(
+        llm,
+        prep.tokenizer,
+        prep.env_factory,
+        prep.eval_rows,
+        prep.loop_config,
+        k=cfg.eval.samples_per_task,
+        temperature=cfg.eval.temperature,
+        success_threshold=cfg.eval.success_threshold,
+        max_concurrency=cfg.rollout.max_concurrency,
+    )
+
+
+async def evaluate_model(cfg: RunConfig, *, say: Callable[[str], None] = print) -> dict[str, float]:
+    """Serves ``cfg.model`` and evaluates it on the env's held-out tasks (``agentrl eval``)."""
+    prep = prepare(cfg, None, say, keep_run=False)
+    await preflight_env(prep.env_cls, cfg.env_kwargs)
+    fleet = await _open_fleet(prep, num_servers=1, log_dir=None)
     try:
-        return await evaluate(
-            fleet,
-            prep.tokenizer,
-            prep.env_factory,
-            prep.eval_rows,
-            prep.loop_config,
-            k=cfg.eval.samples_per_task,
-            temperature=cfg.eval.temperature,
-            success_threshold=cfg.eval.success_threshold,
-            max_concurrency=cfg.rollout.max_concurrency,
-        )
+        return await _evaluate(prep, fleet)
     finally:
         await fleet.close()
 
