@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -176,34 +177,23 @@ def build_tiny_model(
         if step % 250 == 0:
             say(f"  step {step:4d}  loss {loss:.3f}  ({time.monotonic() - t0:.0f}s)")
 
-    if recipe.copy_steps:
-        vocab = tok.get_vocab()
-        digits = [vocab[str(d)] for d in range(10)]
-        sep = tok.encode(" =", add_special_tokens=False)
-        drills = copy_drills(digits, sep, 20000, seed=recipe.seed, vocab=len(tok))
-        say(f"copy drills: {recipe.copy_steps} steps")
-        train_sft(
-            model,
-            drills,
-            steps=recipe.copy_steps,
-            batch_size=recipe.copy_batch_size,
-            lr=recipe.lr,
-            seed=recipe.seed,
-            pad_id=tok.pad_token_id,
-            log=on_step,
-            bf16=recipe.bf16,
-        )
-    losses = train_sft(
+    sft = functools.partial(
+        train_sft,
         model,
-        examples,
-        steps=recipe.steps,
-        batch_size=recipe.batch_size,
         lr=recipe.lr,
         seed=recipe.seed,
         pad_id=tok.pad_token_id,
         log=on_step,
         bf16=recipe.bf16,
     )
+    if recipe.copy_steps:
+        vocab = tok.get_vocab()
+        digits = [vocab[str(d)] for d in range(10)]
+        sep = tok.encode(" =", add_special_tokens=False)
+        drills = copy_drills(digits, sep, 20000, seed=recipe.seed, vocab=len(tok))
+        say(f"copy drills: {recipe.copy_steps} steps")
+        sft(drills, steps=recipe.copy_steps, batch_size=recipe.copy_batch_size)
+    losses = sft(examples, steps=recipe.steps, batch_size=recipe.batch_size)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
