@@ -37,11 +37,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
+from agentrl.lifecycle import AsyncClosing
 from agentrl.llm import Generation, LLMError, SamplingParams
 
 __all__ = [
@@ -89,7 +89,7 @@ def _span_versions(spans: list[dict[str, Any]], n: int) -> list[int] | None:
     return out
 
 
-class CompletionsClient:
+class CompletionsClient(AsyncClosing):
     """Async LLM client over ``/v1/completions`` with token-id prompts.
 
     Args:
@@ -129,17 +129,6 @@ class CompletionsClient:
             ),
             transport=transport,
         )
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Closes the connection pool (idempotent)."""

@@ -16,14 +16,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
 from agentrl.inference.router import Router
 from agentrl.inference.server import ServerConfig, VLLMServer
 from agentrl.inference.weight_sync import PauseMode, SyncReport, WeightSync
+from agentrl.lifecycle import AsyncClosing
 from agentrl.llm import Generation, SamplingParams
 
 __all__ = ["Fleet"]
@@ -31,7 +31,7 @@ __all__ = ["Fleet"]
 log = logging.getLogger(__name__)
 
 
-class Fleet:
+class Fleet(AsyncClosing):
     """Servers + router + health checks + weight sync. Use :meth:`launch` or :meth:`attach`.
 
     Args:
@@ -202,17 +202,6 @@ class Fleet:
                 return
         finally:
             self._recovering.pop(i, None)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Stops health checks, recoveries, launched servers and clients (idempotent)."""

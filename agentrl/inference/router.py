@@ -20,12 +20,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
 from agentrl.inference.client import CompletionsClient, ServerUnavailable, make_client
+from agentrl.lifecycle import AsyncClosing
 from agentrl.llm import Generation, LLMError, SamplingParams
 
 __all__ = ["Router", "ServerState", "parse_prefix_cache"]
@@ -73,7 +73,7 @@ def parse_prefix_cache(metrics_text: str) -> tuple[float, float]:
     return q, h
 
 
-class Router:
+class Router(AsyncClosing):
     """An :class:`~agentrl.llm.LLMClient` over several servers.
 
     Args:
@@ -142,17 +142,6 @@ class Router:
         """Takes a server out of rotation or puts it back."""
         self.server(url).healthy = healthy
         self._changed.set()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Closes every server's client (idempotent)."""

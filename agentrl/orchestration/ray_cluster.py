@@ -26,6 +26,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from agentrl.lifecycle import AsyncClosing
 from agentrl.orchestration.ray_actors import InferenceReplica, RolloutWorker, TrainerWorker
 from agentrl.orchestration.ray_adapters import RayRolloutRunner, RayTrainer, WeightsRef, await_refs
 from agentrl.orchestration.ray_config import RayConfig, RoleSpec
@@ -93,7 +94,7 @@ def _options(spec: RoleSpec, pg: PlacementGroup, index: int) -> dict[str, Any]:
 
 
 @dataclass
-class RayDeployment:
+class RayDeployment(AsyncClosing):
     """Everything a run placed on the cluster, with the node each actor runs on."""
 
     config: RayConfig
@@ -265,12 +266,6 @@ class RayDeployment:
             await await_refs(stops, 60.0)
         actors = self.replicas + self.rollout_workers + self.trainer_workers
         await asyncio.to_thread(_kill, actors, self.placement_groups)
-
-    async def __aenter__(self) -> RayDeployment:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 def _kill(actors: Sequence[Any], pgs: Mapping[str, PlacementGroup]) -> None:
