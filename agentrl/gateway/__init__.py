@@ -1,0 +1,1 @@
+"""OpenAI-compatible gateway: bring-your-own agents, recorded token for token."""
