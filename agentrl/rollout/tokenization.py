@@ -1,38 +1,118 @@
-"""Chat-template tokenization with per-turn deltas.
+"""Chat-template tokenization with per-turn deltas, for any model family's template.
 
 The trajectory keeps the exact token ids the model saw and produced. Model turns
 are kept as sampled; tool and env messages are tokenized as a *delta*: only the
-new messages are rendered through the chat template, against a small fixed
+new messages are rendered through the chat template, against a small base
 conversation, so a turn costs the same however long the history is.
 
-How a delta is made (the "fixed base" trick also used by verl and SkyRL):
-render ``BASE`` (a user and an assistant message), render ``BASE + new`` with the
-generation prompt, and keep what the second adds to the first. The assistant
-turn in ``BASE`` ends with the end-of-turn token followed by whatever the
-template writes after it (Qwen: a newline); the model stopped *on* the
-end-of-turn token, so that trailing text is part of the delta too.
+How a delta is made: render ``BASE = [user, assistant]`` (the assistant being the
+model's last turn, with its tool calls, so that templates that pair a tool result
+with its call — Llama 3.1's ``ipython``, Mistral's ``[TOOL_RESULTS]``, harmony's
+``functions.NAME`` — render it), count the end-of-message markers in it, render
+``BASE + new`` with the generation prompt and keep what follows the same number of
+markers. Counting markers, rather than requiring ``BASE`` to be a prefix, lets a
+template rewrite the base's assistant turn (Qwen3 adds an empty ``<think>`` block
+only to a *last* assistant turn) without breaking the delta.
 
-That the deltas add up to the template's rendering of the whole conversation is
-a property of the template, checked by :func:`agentrl.rollout.consistency.check_chat_template`.
+What a template accepts is probed once, at construction: its end-of-turn markers
+(the tokens the model stops on, e.g. gpt-oss's ``<|call|>`` and ``<|return|>``),
+whether tool-call arguments must be a JSON string (DeepSeek-V3.1), whether call
+ids must be 9 alphanumeric characters (Mistral; other ids are mapped to such ids
+deterministically, on calls and results alike), and whether it takes one call
+per turn only (Llama 3.1, gpt-oss).
+
+Whether the deltas add up to the template's rendering of the whole conversation
+is a property of the template, checked by
+:func:`agentrl.rollout.consistency.check_chat_template`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from agentrl.types import Message
+from agentrl.types import Message, ToolCall
 
-__all__ = ["ChatTokenizer", "TemplateError"]
+__all__ = ["ANCHOR", "CallStyle", "ChatTokenizer", "TemplateError", "TemplateRenderError"]
 
-_BASE = [
-    {"role": "user", "content": "x"},
-    {"role": "assistant", "content": "y"},
-]
+ANCHOR = "Hello."
+"""Content of the base conversation's user message."""
+_SENT = "Sure."
+_PROBE_CALL = ToolCall("python", {"code": "print(1)"}, id="call_0")
+_PROBE_CALL2 = ToolCall("python", {"code": "print(2)"}, id="call_1")
+_NINE = re.compile(r"^[A-Za-z0-9]{9}$")
+_B62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 class TemplateError(ValueError):
     """The tokenizer's chat template cannot be used for exact multi-turn tokenization."""
+
+
+class TemplateRenderError(TemplateError):
+    """The chat template itself raised while rendering (its own message is kept).
+
+    Attributes:
+        template_message: The exception text the template (or jinja) gave.
+    """
+
+    def __init__(self, message: str, template_message: str) -> None:
+        super().__init__(message)
+        self.template_message = template_message
+
+
+@dataclass(frozen=True)
+class CallStyle:
+    """How a template wants tool calls, found by probing it.
+
+    Attributes:
+        arguments_as_string: Arguments are passed as a JSON string, not an object.
+        nine_char_ids: Call ids must be 9 alphanumeric characters.
+        single_call: The template renders at most one call per assistant turn.
+        renders_calls: The template renders assistant tool calls at all without raising.
+        error: The template's message when no style rendered a call.
+    """
+
+    arguments_as_string: bool = False
+    nine_char_ids: bool = False
+    single_call: bool = False
+    renders_calls: bool = True
+    error: str = ""
+
+
+def nine_char_id(call_id: str) -> str:
+    """``call_id`` if it is 9 alphanumerics, else a deterministic such id derived from it."""
+    if _NINE.match(call_id):
+        return call_id
+    n = int.from_bytes(hashlib.sha1(call_id.encode()).digest()[:8], "big")
+    out = []
+    for _ in range(9):
+        n, r = divmod(n, 62)
+        out.append(_B62[r])
+    return "".join(out)
+
+
+_FALLBACK_TOOLS = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{tools}\n</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+
+
+def fallback_tools_text(tools: Sequence[dict[str, Any]]) -> str:
+    """The Hermes-format tools block injected into the system message (``inject_tools``)."""
+    lines = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+    return _FALLBACK_TOOLS.format(tools=lines)
+
+
+def _hermes_call(call: ToolCall) -> str:
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    return f'<tool_call>\n{{"name": {json.dumps(call.name)}, "arguments": {args}}}\n</tool_call>'
 
 
 class ChatTokenizer:
@@ -41,48 +121,190 @@ class ChatTokenizer:
     Args:
         tokenizer: A Hugging Face tokenizer with a ``chat_template``.
         tools: OpenAI-format tool schemas rendered into the prompt (may be empty).
+        inject_tools: For a template that drops tools: put the tool schemas into the
+            system message and write tool calls into the assistant text, both in the
+            Hermes format (``<tools>`` / ``<tool_call>``), instead of passing them
+            to the template.
+        template_kwargs: Extra variables for the template (e.g. ``enable_thinking``).
+
+    Raises:
+        TemplateError: No chat template, or one whose assistant turn is not closed by
+            a special token; :class:`TemplateRenderError` when the template raises on
+            a plain user/assistant exchange.
 
     Example:
         >>> chat = ChatTokenizer(tok, tools=[python_tool.schema()])  # doctest: +SKIP
         >>> ids = chat.prompt_ids([Message.user("2+2?")])  # doctest: +SKIP
-        >>> ids += sampled_ids + chat.delta_ids([Message.tool("4")])  # doctest: +SKIP
+        >>> ids += sampled_ids + chat.delta_ids([Message.tool("4")], after=turn)  # doctest: +SKIP
     """
 
-    def __init__(self, tokenizer: Any, tools: Sequence[dict[str, Any]] = ()) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        inject_tools: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise TemplateError(
-                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no "
-                "chat_template; set one (tokenizer.chat_template = ...) "
-                "or use a chat/instruct model"
+                f"tokenizer {getattr(tokenizer, 'name_or_path', '') or tokenizer!r} has no "
+                "chat_template: use a chat/instruct model, or add one (a chat_template.jinja "
+                "file in the model directory, or tokenizer.chat_template = ...)"
             )
         self.tokenizer = tokenizer
         self.tools = list(tools)
-        eos = tokenizer.eos_token_id
-        if eos is None:
-            raise TemplateError("tokenizer has no eos_token_id (the end-of-turn token)")
-        self.eot_id: int = int(eos)
-        self.eot_text: str = tokenizer.convert_ids_to_tokens(self.eot_id)
-        base = self.render(_BASE)
-        cut = base.rfind(self.eot_text)
-        if cut < 0:
+        self.inject_tools = inject_tools
+        self.template_kwargs = dict(template_kwargs or {})
+        self.style = CallStyle()
+        self._specials = sorted(
+            {str(s) for s in getattr(tokenizer, "all_special_tokens", ()) if s}
+            | {
+                str(t.content)
+                for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
+                if getattr(t, "special", False)
+            },
+            key=len,
+            reverse=True,
+        )
+        u = Message.user(ANCHOR)
+        gen = self.render([u], add_generation_prompt=True, what="a user message")
+        last = self.render([u, Message.assistant(_SENT)], what="a plain answer")
+        if not last.startswith(gen):
             raise TemplateError(
-                f"the chat template does not end an assistant turn with the eos token "
-                f"{self.eot_text!r}; set eos_token to the template's end-of-turn token"
+                "the generation prompt is not a prefix of the template's assistant turn "
+                f"(generation prompt ends {gen[-40:]!r}, assistant turn {last[-60:]!r}), so a "
+                "sampled turn cannot be placed after it; fix the template's generation prompt"
             )
-        self._base_text = base
-        self._after_eot = base[cut + len(self.eot_text) :]
+        eos = getattr(tokenizer, "eos_token", None)
+        end_plain = self._last_special(last[len(gen) :])
+        if end_plain is None:
+            raise TemplateError(
+                f"the chat template does not close an assistant turn with a special token "
+                f"(it renders {last[len(gen) :]!r}); the model could not stop on one. "
+                "Use a template whose assistant turns end with the end-of-turn token"
+            )
+        mid = self.render(
+            [u, Message.assistant(_SENT), Message.user(ANCHOR)], what="a second user turn"
+        )
+        at = mid.find(_SENT, len(gen))
+        end_mid = self._first_special(mid, at + len(_SENT)) if at >= 0 else None
+        self.style, end_call = self._probe_calls(u, gen)
+        stops = [end_plain] + ([end_call] if end_call else [])
+        if eos and eos in self._specials and eos not in stops:
+            stops.append(eos)
+        self.eot_texts: tuple[str, ...] = tuple(dict.fromkeys(stops))
+        self.end_texts: tuple[str, ...] = tuple(
+            dict.fromkeys([*self.eot_texts, *([end_mid] if end_mid else [])])
+        )
+        self.eot_ids: tuple[int, ...] = tuple(
+            int(tokenizer.convert_tokens_to_ids(t)) for t in self.eot_texts
+        )
+        self.eot_text: str = self.eot_texts[0]
+        self.eot_id: int = self.eot_ids[0]
+        self._end_re = re.compile("|".join(re.escape(t) for t in self.end_texts))
+        self._default_base = [u, Message.assistant(_SENT)]
+
+    # --------------------------------------------------------------------- probing
+
+    def _first_special(self, text: str, start: int) -> str | None:
+        best: tuple[int, str] | None = None
+        for s in self._specials:
+            i = text.find(s, start)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        return best[1] if best else None
+
+    def _last_special(self, text: str) -> str | None:
+        best: tuple[int, str] | None = None
+        for s in self._specials:
+            i = text.rfind(s)
+            if i >= 0 and (best is None or i + len(s) > best[0] + len(best[1])):
+                best = (i, s)
+        return best[1] if best else None
+
+    def _probe_calls(self, u: Message, gen: str) -> tuple[CallStyle, str | None]:
+        msgs = [u, Message.assistant("", (_PROBE_CALL,))]
+        error = ""
+        for as_string in (False, True):
+            for nine in (False, True):
+                self.style = CallStyle(as_string, nine)
+                try:
+                    text = self.render(msgs, what="an assistant tool call")
+                except TemplateRenderError as e:
+                    error = e.template_message
+                    continue
+                end = self._last_special(text[len(gen) :]) if text.startswith(gen) else None
+                try:
+                    self.render(
+                        [u, Message.assistant("", (_PROBE_CALL, _PROBE_CALL2))],
+                        what="two tool calls in one turn",
+                    )
+                    single = False
+                except TemplateRenderError:
+                    single = True
+                return CallStyle(as_string, nine, single), end
+        return CallStyle(renders_calls=False, error=error), None
+
+    # --------------------------------------------------------------------- rendering
+
+    def _to_dicts(self, messages: Sequence[Message | dict[str, Any]]) -> list[dict[str, Any]]:
+        style = self.style
+        out: list[dict[str, Any]] = []
+        for m in messages:
+            msg = m if isinstance(m, Message) else Message.from_dict(m)
+            if self.inject_tools and msg.tool_calls:
+                text = "\n".join([msg.content, *map(_hermes_call, msg.tool_calls)]).lstrip("\n")
+                msg = Message.assistant(text)
+            d = msg.to_dict()
+            if not isinstance(m, Message) and isinstance(m, dict):
+                d = {**m, **{k: v for k, v in d.items() if k in ("tool_calls", "tool_call_id")}}
+            for c in d.get("tool_calls", ()):
+                if style.arguments_as_string and not isinstance(c["function"]["arguments"], str):
+                    c["function"]["arguments"] = json.dumps(
+                        c["function"]["arguments"], ensure_ascii=False
+                    )
+                if style.nine_char_ids:
+                    c["id"] = nine_char_id(str(c.get("id", "")))
+            if style.nine_char_ids and msg.role == "tool":
+                d["tool_call_id"] = nine_char_id(msg.tool_call_id or "")
+            out.append(d)
+        if self.inject_tools and self.tools:
+            block = fallback_tools_text(self.tools)
+            if out and out[0]["role"] == "system":
+                out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}"}
+            else:
+                out.insert(0, {"role": "system", "content": block})
+        return out
 
     def render(
-        self, messages: Sequence[Message | dict[str, Any]], *, add_generation_prompt: bool = False
+        self,
+        messages: Sequence[Message | dict[str, Any]],
+        *,
+        add_generation_prompt: bool = False,
+        what: str = "",
     ) -> str:
-        """The chat template's text for ``messages``."""
-        dicts = [m.to_dict() if isinstance(m, Message) else m for m in messages]
-        text = self.tokenizer.apply_chat_template(
-            dicts,
-            tools=self.tools or None,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-        )
+        """The chat template's text for ``messages``.
+
+        Raises:
+            TemplateRenderError: The template raised; the message names what was
+                rendered and keeps the template's own words.
+        """
+        dicts = self._to_dicts(messages)
+        try:
+            text = self.tokenizer.apply_chat_template(
+                dicts,
+                tools=(self.tools or None) if not self.inject_tools else None,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **self.template_kwargs,
+            )
+        except Exception as e:  # jinja's TemplateError, TypeError, raise_exception(...)
+            what = what or ", ".join(d["role"] for d in dicts)
+            own = f"{type(e).__name__}: {e}"
+            raise TemplateRenderError(
+                f"the chat template raised while rendering {what}: {own}", own
+            ) from e
         return str(text)
 
     def encode(self, text: str) -> list[int]:
@@ -94,30 +316,72 @@ class ChatTokenizer:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        """Token ids of the first prompt, ending with the generation prompt."""
+        """Token ids of a prompt: ``messages`` rendered, ending with the generation prompt."""
         return self.encode(self.render(messages, add_generation_prompt=True))
 
-    def delta_text(self, new_messages: Sequence[Message]) -> str:
-        """Text that follows a model turn (ended by its eos) when ``new_messages`` are appended.
+    # --------------------------------------------------------------------- deltas
 
-        With no new messages this is just the template's text after the eos and
-        the next generation prompt.
+    def _bases(self, after: Message | None) -> list[list[Message]]:
+        if after is None or not after.tool_calls:
+            return [self._default_base]
+        u = self._default_base[0]
+        calls = after.tool_calls
+        # The model's own turn first; a template that takes one call per turn gets the
+        # first call only; the plain base last (results then render without their call).
+        cands = [[u, Message.assistant(after.content, calls)]]
+        if len(calls) > 1:
+            cands.append([u, Message.assistant("", calls[:1])])
+        return [*cands, self._default_base]
+
+    def end_of_turn(self, text: str, count: int) -> int:
+        """Index just after the ``count``-th end-of-message marker in ``text`` (-1: fewer)."""
+        for i, m in enumerate(self._end_re.finditer(text), 1):
+            if i == count:
+                return m.end()
+        return -1
+
+    def delta_text(self, new_messages: Sequence[Message], *, after: Message | None = None) -> str:
+        """Text that follows a model turn (ended by its end-of-turn token) when
+        ``new_messages`` are appended, through the next generation prompt.
+
+        Args:
+            new_messages: Tool results and env messages after the model's turn.
+            after: The model's turn they answer (its tool calls pair the results
+                in templates that need it); a plain base is used when None.
+
+        Raises:
+            TemplateError: The template raised on every base, or the model turn's
+                end could not be found in the rendering.
         """
-        full = self.render([*_BASE, *new_messages], add_generation_prompt=True)
-        if not full.startswith(self._base_text):
-            raise TemplateError(
-                "the chat template re-renders earlier turns when messages are appended "
-                "(not prefix-consistent); run `agentrl doctor tokenizer` for a diff"
-            )
-        return self._after_eot + full[len(self._base_text) :]
+        err: TemplateError | None = None
+        for base in self._bases(after):
+            try:
+                base_text = self.render(base)
+                full = self.render([*base, *new_messages], add_generation_prompt=True)
+            except TemplateRenderError as e:
+                err = e
+                continue
+            n = len(self._end_re.findall(base_text))
+            cut = self.end_of_turn(full, n)
+            if cut < 0:
+                raise TemplateError(
+                    "cannot isolate the delta: the rendering with the new messages has fewer "
+                    f"end-of-message markers ({', '.join(self.end_texts)}) than the model turn "
+                    "before them"
+                )
+            return full[cut:]
+        assert err is not None
+        raise err
 
-    def delta_ids(self, new_messages: Sequence[Message]) -> list[int]:
+    def delta_ids(
+        self, new_messages: Sequence[Message], *, after: Message | None = None
+    ) -> list[int]:
         """Token ids that follow a model turn when ``new_messages`` are appended."""
-        return self.encode(self.delta_text(new_messages))
+        return self.encode(self.delta_text(new_messages, after=after))
 
     def content_of(self, sampled_ids: Sequence[int]) -> str:
-        """The assistant text of a sampled turn, without its trailing eos."""
+        """The assistant text of a sampled turn, without its trailing end-of-turn token."""
         ids = list(sampled_ids)
-        if ids and ids[-1] == self.eot_id:
+        if ids and ids[-1] in self.eot_ids:
             ids = ids[:-1]
         return self.decode(ids)

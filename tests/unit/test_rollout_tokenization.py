@@ -73,7 +73,7 @@ def test_check_reports_a_template_that_rewrites_history(tokenizer):
     bad = report.results["reasoning blocks over several turns"]
     first_bad = next(t for t in bad if not t.ok)
     assert first_bad.mismatch_at > 0
-    assert "expected" in first_bad.diff and "<think>" in first_bad.diff
+    assert "inference" in first_bad.diff and "<think>" in first_bad.diff
     # Conversations without reasoning blocks are unaffected by this template's quirk.
     assert all(t.ok for t in report.results["env feedback as user turns"])
     assert "prefix-consistent: NO" in report.summary()
