@@ -23,6 +23,7 @@ from agentrl.orchestration.ray_config import RayConfig
 from agentrl.trainer.config import TrainerConfig
 
 __all__ = [
+    "AgentConfig",
     "ConfigError",
     "EvalConfig",
     "InferenceConfig",
@@ -90,6 +91,21 @@ class RolloutConfig(_Strict):
     max_concurrency: int = Field(256, ge=1, description="Most episodes in flight.")
     tool_timeout_s: float = Field(10.0, gt=0, description="Timeout of one tool call.")
     max_tool_output_chars: int = Field(1024, gt=0, description="Tool output cut length.")
+    tool_parser: str = Field(
+        "hermes",
+        min_length=1,
+        description="Tool-call format of the model: 'hermes' (agentrl's own, no vLLM needed), "
+        "any vLLM tool parser name (llama3_json, pythonic, llama4_pythonic, mistral, "
+        "deepseek_v3, deepseek_v31, qwen3_xml, kimi_k2, …; 'vllm:NAME' forces vLLM's), or "
+        "'auto' (read off the tokenizer's chat template; an ambiguous model stops with the "
+        "choices). An unknown name stops the run at startup, naming the nearest.",
+    )
+    reasoning_parser: str | None = Field(
+        None,
+        description="Reasoning (thinking) format: None (none), any vLLM reasoning parser name "
+        "(deepseek_r1, qwen3, mistral, …) or 'auto' (from the tokenizer; None for a model "
+        "without thinking markup). The split-off text is Action.reasoning.",
+    )
 
 
 class OrchestrationConfig(_Strict):
@@ -124,6 +140,29 @@ class EvalConfig(_Strict):
     samples_per_task: int = Field(1, ge=1, description="k of pass@k.")
     success_threshold: float = Field(
         1.0, description="An episode succeeds when its reward is at least this."
+    )
+
+
+class AgentConfig(_Strict):
+    """A bring-your-own agent trained through the OpenAI-compatible gateway (agentrl.gateway)."""
+
+    solve: str | None = Field(
+        None,
+        description="Agent spec 'path/to/file.py:solve' or 'pkg.module:solve' (async def "
+        "solve(task, client) -> float | None); None trains the env with the AgentLoop.",
+    )
+    score: str | None = Field(
+        None,
+        description="Scorer spec for episodes whose solve returns None (score(task, messages) "
+        "-> float); None: a `score` function beside solve, if any.",
+    )
+    host: str = Field("127.0.0.1", description="Interface the gateway listens on.")
+    port: int = Field(0, ge=0, le=65535, description="Gateway port (0: a free one).")
+    max_temperature: float = Field(
+        2.0, ge=0, description="An agent's temperature above this is lowered to it."
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Timeout of one HTTP request of the agent's client."
     )
 
 
@@ -164,6 +203,11 @@ class RunConfig(_Strict):
     )
 
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig,
+        description="Bring-your-own agent (agent.solve set): episodes run the agent against "
+        "the gateway instead of the env's AgentLoop; tasks still come from `tasks` or the env.",
+    )
     ray: RayConfig = Field(
         default_factory=RayConfig,
         description="Ray cluster placement of servers, rollout workers and trainer workers "

@@ -54,6 +54,9 @@ class Message:
         tool_calls: Tool calls of an assistant message.
         tool_call_id: For a tool message, the id of the call it answers.
         name: For a tool message, the tool's name.
+        reasoning: For an assistant message, its reasoning (thinking) text, split
+            off by a reasoning parser; templates that render thinking read it as
+            ``reasoning_content``. Empty for models that do not think.
 
     Example:
         >>> Message.user("What is 2+2?").role
@@ -65,6 +68,7 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning: str = ""
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -91,6 +95,8 @@ class Message:
             d["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             d["name"] = self.name
+        if self.reasoning:
+            d["reasoning_content"] = self.reasoning
         return d
 
     @classmethod
@@ -109,6 +115,7 @@ class Message:
             tool_calls=tuple(calls),
             tool_call_id=d.get("tool_call_id"),
             name=d.get("name"),
+            reasoning=d.get("reasoning_content") or d.get("reasoning") or "",
         )
 
 
@@ -117,8 +124,8 @@ class Action:
     """What the model did in one turn: its text and the tool calls parsed from it.
 
     Attributes:
-        text: The decoded assistant text (tool-call markup included).
-        content: The text with tool-call markup removed.
+        text: The decoded assistant text (tool-call markup and reasoning included).
+        content: The text with tool-call markup and reasoning removed.
         tool_calls: Well-formed tool calls, in order.
         tool_results: Tool messages produced by running ``tool_calls`` (and by
             malformed calls), filled in by the AgentLoop before ``env.step``.
@@ -126,6 +133,8 @@ class Action:
         parse_errors: One message per malformed tool call.
         last_turn: The loop's turn budget ends after this turn: an env that scores
             at the end (e.g. runs tests) should do so now.
+        reasoning: The turn's reasoning (thinking) text, split off by the
+            configured reasoning parser (``rollout.reasoning_parser``); "" without one.
     """
 
     text: str
@@ -135,10 +144,12 @@ class Action:
     finish_reason: str = "stop"
     parse_errors: tuple[str, ...] = ()
     last_turn: bool = False
+    reasoning: str = ""
 
     def to_message(self) -> Message:
-        """The assistant message this action stands for."""
-        return Message.assistant(self.content, self.tool_calls)
+        """The assistant message this action stands for (its reasoning included, for
+        templates that render thinking in the conversation history)."""
+        return Message("assistant", self.content, tuple(self.tool_calls), reasoning=self.reasoning)
 
 
 class StopReason(StrEnum):
@@ -164,6 +175,8 @@ class StopReason(StrEnum):
     """The run was cancelled while the episode was in flight."""
     INTERNAL_ERROR = "internal_error"
     """A bug in agentrl itself; the traceback is in ``Trajectory.error``."""
+    AGENT_ERROR = "agent_error"
+    """A bring-your-own agent's ``solve`` raised; the traceback is in ``Trajectory.error``."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +244,14 @@ class Trajectory:
         metrics: Per-episode numbers (tool errors, timings, …).
         info: Env info of the last step.
         error: Traceback or message when the episode failed.
+        strategy: How the chat template was trained on: "as_sampled" (one sequence,
+            exactly as the model saw it) or "per_turn" (each model turn its own sample
+            whose prompt is the template's rendering of the conversation so far).
+        sample_starts: For "per_turn": where each training sample begins in
+            ``token_ids`` (the first at 0); positions restart at each and a sample
+            attends only to itself. Empty: the whole sequence is one sample. The
+            samples of an episode stay in one Trajectory, so grouping, rewards and
+            advantages are per episode and reach every sample's tokens.
     """
 
     task_id: str
@@ -249,9 +270,24 @@ class Trajectory:
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    strategy: str = "as_sampled"
+    sample_starts: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    def samples(self) -> list[tuple[int, int]]:
+        """(start, end) of each training sample in ``token_ids`` (one unless "per_turn")."""
+        starts = self.sample_starts or [0]
+        ends = [*starts[1:], len(self.token_ids)]
+        return list(zip(starts, ends, strict=True))
+
+    def position_ids(self) -> list[int]:
+        """Position of each token within its sample (restarting at each sample start)."""
+        out: list[int] = []
+        for start, end in self.samples():
+            out.extend(range(end - start))
+        return out
 
     @property
     def num_model_tokens(self) -> int:
@@ -275,6 +311,12 @@ class Trajectory:
             raise ValueError(
                 f"trajectory {self.episode_id} (task {self.task_id}): token_ids has {n} tokens "
                 f"but {', '.join(f'{k} has {v}' for k, v in bad.items())}"
+            )
+        st = self.sample_starts
+        if st and (st[0] != 0 or st != sorted(set(st)) or st[-1] >= n):
+            raise ValueError(
+                f"trajectory {self.episode_id} (task {self.task_id}): sample_starts {st} must "
+                f"start at 0 and increase strictly below {n}"
             )
 
     def to_dict(self) -> dict[str, Any]:

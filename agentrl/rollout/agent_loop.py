@@ -20,9 +20,9 @@ from typing import Any
 
 from agentrl.env import Env, call_maybe_async
 from agentrl.llm import LLMClient, LLMError, SamplingParams
-from agentrl.rollout.consistency import check_chat_template
+from agentrl.rollout.templates import STRATEGIES, TemplateReport, inspect_template
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
-from agentrl.tools import ToolExecutor, get_parser
+from agentrl.tools import ToolExecutor, make_turn_parser
 from agentrl.types import Action, Message, StepResult, StopReason, Trajectory, TurnSpan
 
 __all__ = ["AgentLoop", "EpisodeState", "LoopConfig"]
@@ -48,15 +48,25 @@ class LoopConfig:
         max_tokens_per_turn: Most tokens one model turn may generate.
         episode_timeout_s: Wall-clock budget of the whole episode.
         sampling: Sampling parameters (``max_tokens`` is set per turn).
-        tool_parser: Name of the tool-call parser (``agentrl.tools.get_parser``).
+        tool_parser: Tool-call parser: agentrl's ``hermes``, any vLLM tool parser
+            name, or ``auto`` (``agentrl.tools.make_tool_parser``).
+        reasoning_parser: Reasoning parser: None, any vLLM reasoning parser
+            name, or ``auto`` (``agentrl.tools.make_reasoning_parser``).
         max_parallel_tools: Tool calls of one turn that run at once.
         max_tool_calls_per_turn: Calls beyond this get an explicit error message.
         tool_timeout_s: Timeout of one tool call.
         max_tool_output_chars: Tool output beyond this is cut, with a marker.
-        check_template: Refuse a tokenizer whose chat template is not
-            prefix-consistent (see ``agentrl doctor tokenizer``). Turning it off
-            trains on token sequences that may differ from what the template
-            gives for the whole conversation.
+        check_template: Inspect the chat template once at start-up (``agentrl doctor
+            tokenizer``): choose the strategy and the tools fallback, and refuse a
+            template where no strategy holds. Off: ``as_sampled`` unless
+            ``template_strategy`` names one, no tools fallback unless asked.
+        template_strategy: "auto" (the doctor's choice: ``as_sampled`` for a
+            consistent template, ``per_turn`` for one that rewrites history),
+            "as_sampled" (one sequence, exactly as sampled) or "per_turn" (each
+            model turn its own sample, prompted as inference would).
+        inject_tools: Tool schemas into the system message and calls into the
+            assistant text (Hermes format) for templates that drop them; None:
+            when the start-up check finds the template drops them.
     """
 
     max_turns: int = 8
@@ -65,11 +75,14 @@ class LoopConfig:
     episode_timeout_s: float = 600.0
     sampling: SamplingParams = field(default_factory=SamplingParams)
     tool_parser: str = "hermes"
+    reasoning_parser: str | None = None
     max_parallel_tools: int = 4
     max_tool_calls_per_turn: int = 8
     tool_timeout_s: float = 30.0
     max_tool_output_chars: int = 4096
     check_template: bool = True
+    template_strategy: str = "auto"
+    inject_tools: bool | None = None
 
 
 class _Stop(Exception):
@@ -101,17 +114,37 @@ class AgentLoop:
         self.llm = llm
         self.tokenizer = tokenizer
         self.config = config or LoopConfig()
-        self.parser = get_parser(self.config.tool_parser)
+        self.parser = make_turn_parser(
+            self.config.tool_parser, self.config.reasoning_parser, tokenizer
+        )
+        cfg = self.config
+        if cfg.template_strategy not in ("auto", *STRATEGIES):
+            raise ValueError(
+                f"template_strategy must be 'auto', {' or '.join(map(repr, STRATEGIES))}, "
+                f"got {cfg.template_strategy!r}"
+            )
         ChatTokenizer(tokenizer)  # fail fast on a tokenizer without a usable template
-        if self.config.check_template:
-            report = check_chat_template(tokenizer)
-            if not report.ok:
+        self.template_report: TemplateReport | None = None
+        self.strategy = "as_sampled" if cfg.template_strategy == "auto" else cfg.template_strategy
+        self.inject_tools = bool(cfg.inject_tools)
+        if cfg.check_template:
+            report = inspect_template(tokenizer, inject_tools=cfg.inject_tools)
+            self.template_report, self.inject_tools = report, report.inject_tools
+            c = report.consistency
+            holds = {"as_sampled": c.as_sampled_ok, "per_turn": c.per_turn_ok and c.checked}
+            chosen = report.strategy if cfg.template_strategy == "auto" else cfg.template_strategy
+            if chosen is None or not holds[chosen]:
                 raise TemplateError(
-                    "the chat template is not prefix-consistent, so per-turn token deltas would "
-                    "not match the template's rendering of the whole conversation:\n"
+                    "the chat template cannot be trained on exactly: "
+                    + (
+                        f"{chosen} does not hold"
+                        if chosen
+                        else "neither as_sampled nor per_turn holds"
+                    )
+                    + ":\n"
                     + report.summary()
-                    + "\nFix the template, or set check_template=False to accept the mismatch."
                 )
+            self.strategy = chosen
 
     async def run(
         self,
@@ -188,7 +221,21 @@ class AgentLoop:
             tools = list(env.tools())
         except TypeError as e:
             raise _Stop(StopReason.ENV_ERROR, str(e)) from e
-        chat = ChatTokenizer(self.tokenizer, tools=[t.schema() for t in tools])
+        try:
+            chat = ChatTokenizer(
+                self.tokenizer, tools=[t.schema() for t in tools], inject_tools=self.inject_tools
+            )
+        except TemplateError as e:
+            raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
+        traj.strategy = self.strategy
+        traj.info["template_strategy"] = self.strategy
+        per_turn = self.strategy == "per_turn"
+        sampling = cfg.sampling
+        extra_stops = tuple(i for i in chat.eot_ids if i not in sampling.stop_token_ids)
+        if extra_stops and extra_stops != (self.tokenizer.eos_token_id,):
+            # Families that end a turn on more than eos (gpt-oss's <|call|>, ...).
+            sampling = replace(sampling, stop_token_ids=(*sampling.stop_token_ids, *extra_stops))
+        parser = self.parser.with_tools([t.schema() for t in tools])
         executor = ToolExecutor(
             tools,
             max_parallel=cfg.max_parallel_tools,
@@ -198,22 +245,27 @@ class AgentLoop:
         )
         traj.messages.extend(messages)
         t = time.perf_counter()
-        prompt = chat.prompt_ids(messages)
+        try:
+            prompt = chat.prompt_ids(messages)
+        except TemplateError as e:
+            raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
         self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
         self._append(traj, prompt, "prompt")
         traj.prompt_length = len(prompt)
+        sample_start = 0
         max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
 
         for turn in range(max_turns):
-            budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(traj.token_ids))
+            context = traj.token_ids[sample_start:] if per_turn else traj.token_ids
+            budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(context))
             if budget <= 0:
                 raise _Stop(StopReason.MAX_TOKENS)
             traj.info["state"] = str(EpisodeState.GENERATING)
             t = time.perf_counter()
             try:
                 gen = await self.llm.generate(
-                    traj.token_ids,
-                    replace(cfg.sampling, max_tokens=budget),
+                    context,
+                    replace(sampling, max_tokens=budget),
                     session_id=traj.episode_id,
                 )
             except LLMError as e:
@@ -237,13 +289,14 @@ class AgentLoop:
             traj.num_turns = turn + 1
 
             text = chat.content_of(gen.token_ids)
-            parsed = self.parser.parse(text)
+            parsed = parser.parse(text)
             action = Action(
                 text=text,
                 content=parsed.content,
                 tool_calls=parsed.tool_calls,
                 finish_reason=gen.finish_reason,
                 parse_errors=parsed.errors,
+                reasoning=parsed.reasoning,
                 last_turn=turn == max_turns - 1,
             )
             traj.messages.append(action.to_message())
@@ -253,7 +306,7 @@ class AgentLoop:
                 # calls are not run; the env still sees it, as the last turn, so an env
                 # that scores at the end (e.g. runs tests) can do so. Then the episode ends.
                 action = replace(action, tool_calls=(), parse_errors=(), last_turn=True)
-            elif gen.token_ids[-1] != chat.eot_id:
+            elif gen.token_ids[-1] not in chat.eot_ids:
                 # Stopped on another stop token: close the turn as the template would,
                 # with tokens the model did not sample (masked out).
                 self._append(traj, [chat.eot_id], "observation")
@@ -287,11 +340,23 @@ class AgentLoop:
                 raise _Stop(StopReason.TRUNCATED)
             t = time.perf_counter()
             try:
-                delta = chat.delta_ids(new)
+                if per_turn:
+                    # The next turn is its own sample, prompted exactly as inference would be.
+                    delta = chat.prompt_ids(traj.messages)
+                else:
+                    delta = chat.delta_ids(
+                        new, after=traj.messages[len(traj.messages) - len(new) - 1]
+                    )
             except TemplateError as e:
                 raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
             self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
-            self._append(traj, delta, "observation")
-            if len(traj.token_ids) >= cfg.max_total_tokens:
+            if per_turn:
+                sample_start = len(traj.token_ids)
+                traj.sample_starts = traj.sample_starts or [0]
+                traj.sample_starts.append(sample_start)
+                self._append(traj, delta, "prompt")
+            else:
+                self._append(traj, delta, "observation")
+            if len(traj.token_ids) - (sample_start if per_turn else 0) >= cfg.max_total_tokens:
                 raise _Stop(StopReason.MAX_TOKENS)
         raise _Stop(StopReason.MAX_TURNS)

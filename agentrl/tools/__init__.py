@@ -1,28 +1,43 @@
 """Tools: ``@tool`` functions, tool-call parsers per model family, and the executor."""
 
 from agentrl.tools.base import FunctionTool, Tool, ToolArgumentError, tool
+from agentrl.tools.detect import DetectedParsers, detect_parsers
 from agentrl.tools.executor import ToolExecutor, ToolRunResult
 from agentrl.tools.parsers import (
     HermesToolCallParser,
     ParsedOutput,
     ToolCallParser,
     get_parser,
+    make_tool_parser,
     register_parser,
     render_tool_call,
+)
+from agentrl.tools.reasoning import (
+    ReasoningParser,
+    TurnParser,
+    make_reasoning_parser,
+    make_turn_parser,
 )
 from agentrl.tools.registry import ToolRegistry
 
 __all__ = [
+    "DetectedParsers",
     "FunctionTool",
     "HermesToolCallParser",
     "ParsedOutput",
+    "ReasoningParser",
     "Tool",
     "ToolArgumentError",
     "ToolCallParser",
     "ToolExecutor",
     "ToolRegistry",
     "ToolRunResult",
+    "TurnParser",
+    "detect_parsers",
     "get_parser",
+    "make_reasoning_parser",
+    "make_tool_parser",
+    "make_turn_parser",
     "register_parser",
     "render_tool_call",
     "tool",

@@ -10,8 +10,9 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,9 +23,11 @@ __all__ = [
     "ParsedOutput",
     "ToolCallParser",
     "get_parser",
+    "make_tool_parser",
     "parser_names",
     "register_parser",
     "render_tool_call",
+    "unknown_name_error",
 ]
 
 
@@ -36,11 +39,14 @@ class ParsedOutput:
         content: The text with tool-call markup removed (stripped).
         tool_calls: Well-formed calls in order, with ids ``call_0``, ``call_1``, …
         errors: One message per malformed call, in order, meant for the model to read.
+        reasoning: The turn's reasoning (thinking) text, when a reasoning parser
+            split it off before the tool calls were parsed; else "".
     """
 
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     errors: tuple[str, ...] = ()
+    reasoning: str = ""
 
 
 @runtime_checkable
@@ -52,7 +58,8 @@ class ToolCallParser(Protocol):
         ...
 
 
-def _snippet(text: str, limit: int = 80) -> str:
+def snippet(text: str, limit: int = 80) -> str:
+    """``text`` on one line, cut to ``limit`` characters (for error messages)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -90,7 +97,7 @@ class HermesToolCallParser:
                 body = text[body_start:stop]
                 errors.append(
                     f"tool call {n}: no closing {self.end_tag} after "
-                    f"{self.start_tag}{_snippet(body)}; {self._usage}"
+                    f"{self.start_tag}{snippet(body)}; {self._usage}"
                 )
                 pos = stop
                 continue
@@ -109,7 +116,9 @@ class HermesToolCallParser:
         try:
             obj: Any = json.loads(body)
         except json.JSONDecodeError as e:
-            return f"invalid JSON ({e.msg} at char {e.pos}): {_snippet(body)}"
+            return f"invalid JSON ({e.msg} at char {e.pos}): {snippet(body)}"
+        except (ValueError, RecursionError) as e:  # ints past the digit limit, deep nesting
+            return f"unreadable JSON ({type(e).__name__}: {snippet(str(e))}): {snippet(body)}"
         if not isinstance(obj, dict):
             return f"expected a JSON object, got {type(obj).__name__}"
         name = obj.get("name")
@@ -121,6 +130,8 @@ class HermesToolCallParser:
                 args = json.loads(args) if args.strip() else {}
             except json.JSONDecodeError as e:
                 return f'"arguments" string is not valid JSON ({e.msg} at char {e.pos})'
+            except (ValueError, RecursionError) as e:
+                return f'"arguments" string is unreadable JSON ({type(e).__name__})'
         if args is None:
             args = {}
         if not isinstance(args, dict):
@@ -174,3 +185,58 @@ def get_parser(name: str) -> ToolCallParser:
             f"unknown tool-call parser {name!r}; valid: {', '.join(parser_names())}"
         ) from None
     return factory()
+
+
+def unknown_name_error(kind: str, name: str, groups: Mapping[str, Sequence[str]]) -> ValueError:
+    """A ValueError for an unknown parser ``name``: the nearest names, then every choice.
+
+    Args:
+        kind: What was asked for, e.g. "tool-call parser".
+        name: The name given.
+        groups: Valid names by where they come from (e.g. {"agentrl": [...], "vLLM": [...]}).
+    """
+    every = list(dict.fromkeys(n for names in groups.values() for n in names))
+    near = difflib.get_close_matches(name, every, n=3, cutoff=0.5)
+    hint = f"; nearest: {', '.join(near)}" if near else ""
+    listing = "; ".join(f"{src}: {', '.join(names)}" for src, names in groups.items())
+    return ValueError(f"unknown {kind} {name!r}{hint}. Available — {listing}")
+
+
+def make_tool_parser(name: str, tokenizer: Any = None) -> ToolCallParser:
+    """The tool-call parser ``name`` for a model with ``tokenizer``.
+
+    Names are looked up in agentrl's registry first (``hermes``, the
+    dependency-free fallback, and anything ``register_parser`` added), then in
+    vLLM's (~50 families: ``llama3_json``, ``pythonic``, ``mistral``,
+    ``deepseek_v3``, ``qwen3_xml``, …; ``vllm:NAME`` forces vLLM's even where
+    agentrl has one of that name). ``auto`` detects the family from the
+    tokenizer (see :func:`agentrl.tools.detect.detect_tool_parser`).
+
+    Args:
+        name: Parser name, ``vllm:NAME`` or ``auto``.
+        tokenizer: The policy's Hugging Face tokenizer; needed for ``auto`` and vLLM parsers.
+
+    Raises:
+        ValueError: Unknown name (the message names the nearest and lists all),
+            vLLM missing for a vLLM name, or the parser does not fit the tokenizer.
+    """
+    if name == "auto":
+        if tokenizer is None:
+            raise ValueError("tool parser 'auto' needs the model's tokenizer to detect its family")
+        from agentrl.tools.detect import detect_tool_parser
+
+        name = detect_tool_parser(tokenizer)
+    if name in _PARSERS:
+        return _PARSERS[name]()
+    from agentrl.tools.vllm_parsers import VLLMToolCallParser, vllm_tool_parser_names
+
+    vllm_names = vllm_tool_parser_names()
+    vllm_name = name.removeprefix("vllm:")
+    if vllm_name in vllm_names:
+        if tokenizer is None:
+            raise ValueError(f"vLLM's tool parser {vllm_name!r} needs the model's tokenizer")
+        return VLLMToolCallParser(vllm_name, tokenizer)
+    vllm_key = "vLLM" if vllm_names else "vLLM (not installed, so none)"
+    raise unknown_name_error(
+        "tool-call parser", name, {"agentrl": [*parser_names(), "auto"], vllm_key: vllm_names}
+    )
