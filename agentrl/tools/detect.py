@@ -49,6 +49,15 @@ class _Evidence:
 
 _Has = _Evidence
 
+
+def _deepseek(has: _Has) -> bool:
+    return has("<｜Assistant｜>") or has(_DEEPSEEK_CALLS)
+
+
+def _thinks(has: _Has) -> bool:
+    return has("<think>") or has("</think>")  # some templates only strip a closing tag
+
+
 _TOOL_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
     ("mistral", lambda has: has("[TOOL_CALLS]")),
     ("deepseek_v3", lambda has: has(_DEEPSEEK_CALLS) and (has("```json") or not has.template)),
@@ -74,11 +83,17 @@ _TOOL_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
 _REASONING_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
     ("mistral", lambda has: has("[THINK]")),
     ("openai_gptoss", lambda has: has("<|channel|>")),
+    # DeepSeek-R1 always thinks; V3.1 (its tool calls have no ```json fence) is hybrid
+    # and thinks only when asked, which vLLM's deepseek_v3 reasoning parser follows.
     (
         "deepseek_r1",
-        lambda has: has("<think>") and (has("<｜Assistant｜>") or has(_DEEPSEEK_CALLS)),
+        lambda has: _deepseek(has) and _thinks(has) and (has("```json") or not has.template),
     ),
-    ("qwen3", lambda has: has("<think>") and has("<|im_start|>")),
+    (
+        "deepseek_v3",
+        lambda has: _deepseek(has) and _thinks(has) and bool(has.template) and not has("```json"),
+    ),
+    ("qwen3", lambda has: _thinks(has) and has("<|im_start|>")),
 )
 
 _THINK_FAMILIES = ("deepseek_r1", "qwen3")
@@ -134,7 +149,7 @@ def detect_reasoning_parser(tokenizer: Any) -> str | None:
     """
     has = _Evidence(tokenizer)
     found = _matches(_REASONING_RULES, has)
-    if not found and has("<think>"):
+    if not found and _thinks(has):
         found = list(_THINK_FAMILIES)
     if len(found) <= 1:
         return found[0] if found else None
