@@ -9,6 +9,7 @@ every token. ``turn_BR`` numbers the model turns of each episode (0, 1, …).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ __all__ = [
     "group_stats",
     "masked_whiten",
     "returns_to_go",
+    "turn_step_rewards",
 ]
 
 
@@ -120,21 +122,34 @@ def group_stats(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-episode (group mean, group unbiased std, group sum, group size).
 
-    A group of one has mean 0 and std 1 (as verl), so its advantage is its own return.
+    Accumulated in float64, so a group whose scores are all equal gets exactly its
+    score as mean and exactly 0 as std (in float32 the mean can be one ulp off, and
+    ``(R - mean) / (std + eps)`` is then a large same-sign push on a group with no
+    signal). A group of one has mean 0 and std 1 (as verl), so its advantage is its
+    own return.
     """
+    x_B = score_B.to(torch.float64)
     _, inv_B = torch.unique(group_B, return_inverse=True)
     G = int(inv_B.max().item()) + 1 if inv_B.numel() else 0
-    n_G = torch.zeros(G, dtype=score_B.dtype, device=score_B.device).index_add_(
-        0, inv_B, torch.ones_like(score_B)
+    n_G = torch.zeros(G, dtype=x_B.dtype, device=x_B.device).index_add_(
+        0, inv_B, torch.ones_like(x_B)
     )
-    sum_G = torch.zeros_like(n_G).index_add_(0, inv_B, score_B)
+    sum_G = torch.zeros_like(n_G).index_add_(0, inv_B, x_B)
     mean_G = sum_G / n_G
-    sq_G = torch.zeros_like(n_G).index_add_(0, inv_B, (score_B - mean_G[inv_B]) ** 2)
+    # Equal scores: n·x is exact in float64 (24-bit mantissas), so sum/n is exactly x;
+    # the spread test makes that explicit for any input dtype.
+    lo_G = torch.full_like(n_G, math.inf).scatter_reduce_(0, inv_B, x_B, "amin")
+    hi_G = torch.full_like(n_G, -math.inf).scatter_reduce_(0, inv_B, x_B, "amax")
+    flat_G = lo_G == hi_G
+    mean_G = torch.where(flat_G, lo_G, mean_G)
+    sq_G = torch.zeros_like(n_G).index_add_(0, inv_B, (x_B - mean_G[inv_B]) ** 2)
     std_G = torch.sqrt(sq_G / (n_G - 1).clamp(min=1))  # Bessel-corrected, as torch.std
+    std_G = torch.where(flat_G, torch.zeros_like(std_G), std_G)
     single_G = n_G < 2
     mean_G = torch.where(single_G, torch.zeros_like(mean_G), mean_G)
     std_G = torch.where(single_G, torch.ones_like(std_G), std_G)
-    return mean_G[inv_B], std_G[inv_B], sum_G[inv_B], n_G[inv_B]
+    dt = score_B.dtype
+    return mean_G[inv_B].to(dt), std_G[inv_B].to(dt), sum_G[inv_B].to(dt), n_G[inv_B].to(dt)
 
 
 def masked_whiten(x_BR: torch.Tensor, mask_BR: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -152,13 +167,75 @@ def _episode_return(G_BR: torch.Tensor) -> torch.Tensor:
     return G_BR[:, 0]
 
 
+def turn_step_rewards(
+    rewards_BR: torch.Tensor, mask_BR: torch.Tensor, turn_BR: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rewards summed per model turn: (step reward (B, K), turn exists (B, K), turn (B, R)).
+
+    ``turn_BR`` is clamped to 0 on padding so it can index the (B, K) tensors.
+    """
+    B, _ = rewards_BR.shape
+    t_BR = torch.where(mask_BR > 0, turn_BR, torch.zeros_like(turn_BR)).long()
+    K = int(t_BR.max().item()) + 1 if t_BR.numel() else 1
+    step_BK = torch.zeros(B, K, dtype=torch.float64, device=rewards_BR.device)
+    step_BK.scatter_add_(1, t_BR, (rewards_BR * mask_BR).to(torch.float64))
+    has_BK = torch.zeros(B, K, dtype=torch.float64, device=rewards_BR.device)
+    has_BK.scatter_add_(1, t_BR, mask_BR.to(torch.float64))
+    return step_BK, has_BK > 0, t_BR
+
+
 def _grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
-    # GRPO outcome supervision (Shao et al. 2024, DeepSeekMath §4.1.2): Â = (R - mean(R)) / std(R).
+    """GRPO (Shao et al. 2024, DeepSeekMath §4.1.2-4.1.3), outcome or process supervision.
+
+    Each group is one of two kinds:
+
+    * outcome (no episode of the group has a non-zero reward before its last model turn):
+      Â_t = γ^(T-1-turn(t)) · (R - mean_g R) / (std_g R + ε), R the episode total (§4.1.2;
+      with γ = 1 every token gets (R - mean)/(std + ε));
+    * process (some earlier turn is rewarded): every model turn k of every episode is a
+      step with reward ρ_k (the rewards on that turn's tokens); ρ̃ = (ρ - mean_g ρ) /
+      (std_g ρ + ε) over all steps of the group, and Â_t = Σ_{k ≥ turn(t)} γ^(k-turn(t)) ρ̃_k
+      (§4.1.3: the sum of the normalized rewards of the following steps).
+
+    Bound: with N steps in the group (N = G for outcome groups) and T turns in the
+    episode, Cauchy-Schwarz and Σ (ρ - mean)² = (N-1)·std² give
+    |Â_t| ≤ √(T_steps·(N-1)), T_steps = 1 for outcome groups (√(G-1)); a group whose
+    steps are all equal gets exactly 0. A group with one step (N = 1) gets ρ̃ = ρ (verl's
+    convention, mean 0 and std 1). ``norm_by_std=False`` drops the division.
+    """
     G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
-    mean_B, std_B, _, _ = group_stats(_episode_return(G_BR), x.group_B)
-    adv_BR = G_BR - mean_B[:, None]
+    step_BK, has_BK, t_BR = turn_step_rewards(x.rewards_BR, x.mask_BR, x.turn_BR)
+    B, K = step_BK.shape
+    k_K = torch.arange(K, device=step_BK.device)
+    last_B = torch.where(has_BK, k_K[None, :], torch.full_like(k_K[None, :], -1)).amax(-1)
+    early_B = ((step_BK != 0) & has_BK & (k_K[None, :] < last_B[:, None])).any(-1)
+    _, inv_B = torch.unique(x.group_B, return_inverse=True)
+    n_groups = int(inv_B.max().item()) + 1 if inv_B.numel() else 0
+    process_G = torch.zeros(n_groups, dtype=torch.bool, device=step_BK.device)
+    process_G.index_put_((inv_B,), early_B, accumulate=True)
+    process_B = process_G[inv_B]
+    # Outcome groups: one step per episode, its last turn, carrying the episode total.
+    is_last_BK = k_K[None, :] == last_B[:, None]
+    outcome_step_BK = torch.where(is_last_BK, step_BK.sum(-1, keepdim=True), 0.0)
+    step_BK = torch.where(process_B[:, None], step_BK, outcome_step_BK)
+    use_BK = torch.where(process_B[:, None], has_BK, is_last_BK & has_BK)
+    flat = use_BK.flatten()
+    mean_S, std_S, _, _ = group_stats(
+        step_BK.flatten()[flat], inv_B[:, None].expand(B, K).flatten()[flat]
+    )
+    norm_S = step_BK.flatten()[flat] - mean_S
     if x.norm_by_std:
-        adv_BR = adv_BR / (std_B[:, None] + x.eps)
+        norm_S = norm_S / (std_S + x.eps)
+    norm_BK = torch.zeros(B * K, dtype=torch.float64, device=step_BK.device)
+    norm_BK[flat] = norm_S
+    norm_BK = norm_BK.view(B, K)
+    # Â at turn k = Σ_{k' ≥ k} γ^(k'-k) ρ̃_k' (discounted per model turn, as returns_to_go).
+    adv_BK = torch.zeros_like(norm_BK)
+    running_B = torch.zeros(B, dtype=torch.float64, device=step_BK.device)
+    for k in reversed(range(K)):
+        running_B = norm_BK[:, k] + x.gamma * running_B
+        adv_BK[:, k] = running_B
+    adv_BR = adv_BK.gather(1, t_BR).to(x.rewards_BR.dtype)
     return adv_BR * x.mask_BR, G_BR
 
 
@@ -172,10 +249,10 @@ def _dr_grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
 def _rloo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     # RLOO (Kool et al. 2019; Ahmadian et al. 2024 eq. 6): Â_i = R_i - 1/(k-1) Σ_{j≠i} R_j.
     G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
-    R_B = _episode_return(G_BR)
+    R_B = _episode_return(G_BR).to(torch.float64)  # float64: equal rewards → baseline = R
     _, _, sum_B, n_B = group_stats(R_B, x.group_B)
     baseline_B = torch.where(n_B > 1, (sum_B - R_B) / (n_B - 1).clamp(min=1), torch.zeros_like(R_B))
-    return (G_BR - baseline_B[:, None]) * x.mask_BR, G_BR
+    return (G_BR - baseline_B[:, None].to(G_BR.dtype)) * x.mask_BR, G_BR
 
 
 def _reinforce_pp(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:

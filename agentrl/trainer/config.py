@@ -109,10 +109,11 @@ class PolicyLossConfig(_Section):
         description="ε_high: ratio upper bound 1+ε_high; > clip_low is DAPO's clip-higher "
         "(0.28). GSPO paper: 4e-4.",
     )
-    dual_clip_c: float = Field(
-        default=3.0,
+    dual_clip_c: float | None = Field(
+        default=None,
         gt=1.0,
-        description="dual_clip: the constant c bounding the loss of A<0 tokens.",
+        description="Dual-clip constant c bounding the loss of A<0 tokens by -c·A (Ye et al. "
+        "2020). ppo applies it iff set (3 = verl's PPO loss); the dual_clip loss uses 3 if None.",
     )
     agg: str = Field(
         default="token-mean",
@@ -121,8 +122,9 @@ class PolicyLossConfig(_Section):
     loss_norm_constant: int | None = Field(
         default=None,
         gt=0,
-        description="seq-mean-token-sum-norm's constant L (Dr. GRPO); None = the largest number "
-        "of model tokens of an episode in the batch.",
+        description="seq-mean-token-sum-norm's constant L (Dr. GRPO): the max response length "
+        "in model tokens, the same for every mini-batch. None = shaping.max_response_tokens "
+        "(an error if that is unset too).",
     )
     entropy_coef: float = Field(
         default=0.0,
@@ -255,7 +257,9 @@ class ShapingConfig(_Section):
         default=None, gt=0.0, description="Clip each episode's reward to [-c, c]."
     )
     reward_normalize: bool = Field(
-        default=False, description="Z-score episode rewards over the batch (after clipping)."
+        default=False,
+        description="Z-score episode rewards over the batch (after clipping), with the sample "
+        "(Bessel-corrected) std as GRPO's group std.",
     )
 
     @model_validator(mode="after")
@@ -378,6 +382,13 @@ class TrainerConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:
+        if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.loss_norm_constant is None:
+            if self.shaping.max_response_tokens is None:
+                raise ValueError(
+                    "loss.agg 'seq-mean-token-sum-norm' (Dr. GRPO) needs a constant L: set "
+                    "loss.loss_norm_constant or shaping.max_response_tokens (max response length)"
+                )
+            self.loss.loss_norm_constant = self.shaping.max_response_tokens
         if self.loss.name == "pg" and self.update.epochs * self.update.mini_batches != 1:
             raise ValueError(
                 "loss 'pg' is on-policy: set update.epochs=1 and update.mini_batches=1"

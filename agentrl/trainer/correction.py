@@ -9,6 +9,7 @@ takes π_old = μ and measures ρ with the current policy, detached.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -34,10 +35,15 @@ class CorrectionResult:
 
 
 def _seq_log_ratio(log_rho_BR: torch.Tensor, mask_BR: torch.Tensor, level: str) -> torch.Tensor:
+    # Unclamped: masks compare it in log space; weights clamp it before exp().
     s_B = (log_rho_BR * mask_BR).sum(-1)
     if level == "geometric":
         s_B = s_B / mask_BR.sum(-1).clamp(min=1)
-    return torch.clamp(s_B, -_MAX_LOG, _MAX_LOG)
+    return s_B
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else -math.inf
 
 
 def compute_correction(
@@ -66,27 +72,34 @@ def compute_correction(
       sequence / geometric (rejection sampling, verl rollout_rs; with is_level=token this is
         seq-mask-TIS): drop episodes whose Π ρ (or its geometric mean) ∉ [low, high].
     Veto (verl rollout_token_veto_threshold): drop an episode if any ρ_t < threshold.
-    Batch normalization: w ← w / mean(w) over kept tokens (token level) or kept episodes.
+    Masks and the veto compare log ρ with log(bound), unclamped, so any positive
+    threshold works (one below e^-20 used to never fire); only weights clamp log ρ to
+    ±20 before exp() (any cap C < e^20 makes that clamp invisible).
+    Batch normalization: w ← w / mean(w) over the *kept* tokens (token level) or kept
+    episodes (sequence levels), so the weights that reach the loss average exactly 1;
+    verl averages over all response tokens, masked ones included.
     """
-    log_rho_BR = torch.clamp(logp_old_BR - rollout_logp_BR, -_MAX_LOG, _MAX_LOG) * mask_BR
-    rho_BR = torch.exp(log_rho_BR)
+    diff_BR = logp_old_BR - rollout_logp_BR
+    log_rho_BR = torch.where(mask_BR > 0, diff_BR, torch.zeros_like(diff_BR))
+    rho_BR = torch.exp(torch.clamp(log_rho_BR, -_MAX_LOG, _MAX_LOG))
     keep_BR = mask_BR.clone()
     metrics: dict[str, float] = {}
     row_has_B = mask_BR.sum(-1) > 0
 
     if mask_level == "token":
-        out_BR = ((rho_BR < mask_low) | (rho_BR > mask_high)).float() * mask_BR
+        lo, hi = _log(mask_low), _log(mask_high)
+        out_BR = ((log_rho_BR < lo) | (log_rho_BR > hi)).float() * mask_BR
         keep_BR = keep_BR * (1.0 - out_BR)
     elif mask_level in ("sequence", "geometric"):
-        seq_B = torch.exp(_seq_log_ratio(log_rho_BR, mask_BR, mask_level))
-        reject_B = ((seq_B < mask_low) | (seq_B > mask_high)) & row_has_B
+        seq_B = _seq_log_ratio(log_rho_BR, mask_BR, mask_level)
+        reject_B = ((seq_B < _log(mask_low)) | (seq_B > _log(mask_high))) & row_has_B
         keep_BR = keep_BR * (~reject_B).float()[:, None]
     elif mask_level != "none":
         raise ValueError(
             f"unknown mask_level {mask_level!r}; valid: none, token, sequence, geometric"
         )
     if veto_threshold is not None:
-        veto_B = ((rho_BR < veto_threshold) & (mask_BR > 0)).any(-1)
+        veto_B = ((log_rho_BR < _log(veto_threshold)) & (mask_BR > 0)).any(-1)
         keep_BR = keep_BR * (~veto_B).float()[:, None]
         metrics["veto_seqs"] = float(veto_B.sum())
 
@@ -95,7 +108,9 @@ def compute_correction(
     elif is_level == "token":
         w_BR = torch.clamp(rho_BR, max=is_cap)
     elif is_level in ("sequence", "geometric"):
-        seq_B = torch.exp(_seq_log_ratio(log_rho_BR, mask_BR, is_level))
+        seq_B = torch.exp(
+            torch.clamp(_seq_log_ratio(log_rho_BR, mask_BR, is_level), -_MAX_LOG, _MAX_LOG)
+        )
         w_BR = torch.clamp(seq_B, max=is_cap)[:, None].expand_as(rho_BR).clone()
     else:
         raise ValueError(f"unknown is_level {is_level!r}; valid: none, token, sequence, geometric")

@@ -18,6 +18,10 @@ def kl_estimate(logp_BR: torch.Tensor, ref_logp_BR: torch.Tensor, estimator: str
     With log r = log π_ref(y_t) - log π_θ(y_t) (Schulman 2020, "Approximating KL Divergence"):
     k1 = -log r;  k2 = ½ (log r)²;  k3 = (r - 1) - log r  (unbiased, non-negative, low variance;
     clamped to ±10 as verl does).
+
+    k3 is computed as expm1(log r) - log r: with exp(log r) - 1 the subtraction cancels
+    when π ≈ π_ref and float32 rounding made it negative (down to -6e-8); expm1 is exact
+    to an ulp there, and the result is clamped at 0 so k3 ≥ 0 always holds.
     """
     log_r_BR = ref_logp_BR - logp_BR
     if estimator == "k1":
@@ -26,7 +30,7 @@ def kl_estimate(logp_BR: torch.Tensor, ref_logp_BR: torch.Tensor, estimator: str
         return 0.5 * log_r_BR**2
     if estimator == "k3":
         log_r_BR = torch.clamp(log_r_BR, -20.0, 20.0)
-        return torch.clamp(torch.exp(log_r_BR) - 1.0 - log_r_BR, -_K3_CLAMP, _K3_CLAMP)
+        return torch.clamp(torch.expm1(log_r_BR) - log_r_BR, 0.0, _K3_CLAMP)
     raise ValueError(f"unknown KL estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
 
 

@@ -15,6 +15,7 @@ import torch
 
 __all__ = [
     "AGG_MODES",
+    "DEFAULT_DUAL_CLIP_C",
     "POLICY_LOSSES",
     "PolicyLossOutput",
     "agg_loss",
@@ -25,7 +26,13 @@ __all__ = [
 ]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-_MAX_LOG_RATIO = 20.0  # exp() guard; far outside any clip range, so it never changes a loss
+DEFAULT_DUAL_CLIP_C = 3.0  # verl's clip_ratio_c
+# exp() guard on log(π_θ/π_old). It changes a loss in one case only: ppo (without dual
+# clip) on a token with A < 0 and log-ratio > 20, where the unclipped term -A·r would be
+# -A·e^(>20): the loss is capped at -A·e^20 and that token's gradient is 0 (docs/trainer.md).
+# Everywhere else the clip already makes the loss flat (A > 0, r > 1+ε; A < 0, r < 1-ε)
+# or the term is below A·2e-9. Dual clip (c) bounds such tokens by -c·A instead.
+_MAX_LOG_RATIO = 20.0
 
 
 @dataclass
@@ -49,7 +56,8 @@ class LossParams:
 
     clip_low: float = 0.2
     clip_high: float = 0.2
-    dual_clip_c: float = 3.0
+    dual_clip_c: float | None = None
+    """ppo applies the dual clip iff set (verl's PPO loss: c = 3); dual_clip uses 3 if None."""
 
 
 PolicyLossFn = Callable[
@@ -74,7 +82,8 @@ def _ppo_core(
     if dual:
         # Dual-clip PPO (Ye et al. 2020, eq. 6): for A < 0, L = min(L, -c·A) bounds the loss
         # when r ≫ 1.
-        pg3_BR = -adv_BR * p.dual_clip_c
+        c = p.dual_clip_c if p.dual_clip_c is not None else DEFAULT_DUAL_CLIP_C
+        pg3_BR = -adv_BR * c
         ind["dual_clip"] = ((adv_BR < 0) & (loss_BR.detach() > pg3_BR)).float() * mask_BR
         loss_BR = torch.where(adv_BR < 0, torch.minimum(loss_BR, pg3_BR), loss_BR)
     return PolicyLossOutput(loss_BR * mask_BR, r * mask_BR, ind)
@@ -91,8 +100,9 @@ def ppo_loss(
     mask_BR: torch.Tensor,
     p: LossParams,
 ) -> PolicyLossOutput:
-    """PPO clip (clip-higher when clip_high > clip_low)."""
-    return _ppo_core(_token_ratio(logp_BR, old_logp_BR), adv_BR, mask_BR, p, dual=False)
+    """PPO clip (clip-higher when clip_high > clip_low); dual clip too when ``dual_clip_c``."""
+    dual = p.dual_clip_c is not None
+    return _ppo_core(_token_ratio(logp_BR, old_logp_BR), adv_BR, mask_BR, p, dual=dual)
 
 
 def dual_clip_loss(
@@ -102,7 +112,7 @@ def dual_clip_loss(
     mask_BR: torch.Tensor,
     p: LossParams,
 ) -> PolicyLossOutput:
-    """PPO clip plus the dual clip with constant c."""
+    """PPO clip plus the dual clip with constant c (3 when ``dual_clip_c`` is None)."""
     return _ppo_core(_token_ratio(logp_BR, old_logp_BR), adv_BR, mask_BR, p, dual=True)
 
 
@@ -177,7 +187,11 @@ def agg_weights(
     seq-mean-token-mean: 1/S Σ_i (1/|y_i|) Σ_t l (GRPO, Shao et al. 2024 eq. 3); S counts
     episodes with at least one token.
     seq-mean-token-sum-norm: 1/S Σ_i Σ_t l / L (Dr. GRPO, Liu et al. 2025: a constant L
-    instead of |y_i|); L = ``norm_constant`` or the longest row.
+    instead of |y_i|); L = ``norm_constant`` (required: the configured max response length,
+    the same for every mini-batch and step — the longest row would change between them).
+
+    Raises:
+        ValueError: Unknown mode, or seq-mean-token-sum-norm without ``norm_constant``.
     """
     n_B = mask_BR.sum(-1)
     if mode == "token-mean":
@@ -186,8 +200,12 @@ def agg_weights(
     if mode == "seq-mean-token-mean":
         return mask_BR / (n_B.clamp(min=1)[:, None] * S)
     if mode == "seq-mean-token-sum-norm":
-        L = float(norm_constant) if norm_constant else float(n_B.max().clamp(min=1))
-        return mask_BR / (S * L)
+        if not norm_constant or norm_constant <= 0:
+            raise ValueError(
+                "seq-mean-token-sum-norm needs a positive constant L (Dr. GRPO): set "
+                "loss.loss_norm_constant or shaping.max_response_tokens"
+            )
+        return mask_BR / (S * float(norm_constant))
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
 
 

@@ -105,7 +105,8 @@ def shape_rewards(trajectories: Sequence[Trajectory], cfg: ShapingConfig) -> Sha
     scores = [scores[i] for i in kept]
     if cfg.reward_normalize and len(scores) > 1:
         arr = np.asarray(scores, dtype=np.float64)
-        scores = list((arr - arr.mean()) / (arr.std() + 1e-8))
+        # Sample (Bessel-corrected) std, as GRPO's group std and torch.std.
+        scores = list((arr - arr.mean()) / (arr.std(ddof=1) + 1e-8))
     return ShapedRewards(
         kept=kept,
         scores=[float(s) for s in scores],

@@ -155,3 +155,79 @@ def test_fully_masked_row_is_zero() -> None:
 def test_unknown_estimator_lists_valid_ones() -> None:
     with pytest.raises(ValueError, match="valid: dr_grpo, gae, grpo, reinforce_pp"):
         compute_advantages("ppo_magic", _inputs())
+
+
+# ----------------------------------------------------------------- issue #13 defects 1, 2, 6
+
+
+@pytest.mark.parametrize(("value", "n"), [(0.7, 8), (0.1, 7), (2.7, 16)])
+def test_grpo_group_of_equal_rewards_is_exactly_zero(value: float, n: int) -> None:
+    # Defect 1: R - mean = 0 for every episode when all rewards are equal, so Â = 0 exactly.
+    # float32 put the mean one ulp off and the std at about one ulp: 8 × 0.7 gave 0.056,
+    # 7 × 0.1 gave 0.0074, 16 × 2.7 gave 0.32, all of one sign.
+    x = _inputs(lens=[1] * n, rewards=[value] * n, groups=[0] * n)
+    assert x.rewards_BR.dtype == torch.float32
+    for name in ("grpo", "dr_grpo", "rloo"):
+        adv, _ = compute_advantages(name, x)
+        assert torch.count_nonzero(adv) == 0, name
+
+
+# Four 2-turn episodes (one token per turn) whose turn rewards all total 1.0.
+SPLIT = [[0.5, 0.5], [0.0, 1.0], [0.25, 0.75], [1.0, 0.0]]
+
+
+def _two_turn(rewards: list[list[float]], **kw) -> AdvantageInputs:
+    n = len(rewards)
+    turn = torch.tensor([[0, 1]] * n)
+    return AdvantageInputs(
+        torch.tensor(rewards), torch.ones(n, 2), turn, torch.zeros(n, dtype=torch.long), **kw
+    )
+
+
+def test_grpo_per_turn_rewards_are_process_supervision() -> None:
+    # Defect 2: (G_t - mean R)/std R gave -5e5 … -1e6 here (std of the totals is 0).
+    # Now every turn is a step (DeepSeekMath §4.1.3): the 8 step rewards
+    # .5 .5 0 1 .25 .75 1 0 have mean .5, deviations 0 0 -.5 .5 -.25 .25 .5 -.5,
+    # Σd² = 4·.25 + 2·.0625 = 1.125, sample std sqrt(1.125/7) = 0.400892.
+    # Turn 1: Â = ρ̃_1 = (ρ_1 - .5)/σ = 0, 1.24722, 0.62361, -1.24722.
+    # Turn 0: Â = ρ̃_0 + ρ̃_1 = (ρ_0 + ρ_1 - 1)/σ = 0 (the totals are equal).
+    adv, _ = compute_advantages("grpo", _two_turn(SPLIT))
+    s = math.sqrt(1.125 / 7)
+    want = torch.tensor([[0.0, 0.0], [0.0, 0.5 / s], [0.0, 0.25 / s], [0.0, -0.5 / s]])
+    torch.testing.assert_close(adv, want, atol=1e-5, rtol=1e-5)
+
+
+def test_grpo_per_turn_advantages_stay_within_the_bound() -> None:
+    # |Â| ≤ sqrt(T·(N-1)) (T turns of the episode, N steps of the group; docs/trainer.md).
+    # The review's near-degenerate case (small non-zero std) gave |Â| ≈ 59; random splits,
+    # near-ties and all-equal groups must all stay inside the bound.
+    g = torch.Generator().manual_seed(0)
+    cases = [[[0.5, 0.5 + 1e-6], [0.0, 1.0], [0.25, 0.75], [1.0, 0.0]], [[0.3, 0.3]] * 4]
+    cases += [torch.rand(6, 2, generator=g).round(decimals=1).tolist() for _ in range(50)]
+    for rewards in cases:
+        adv, _ = compute_advantages("grpo", _two_turn(rewards))
+        assert float(adv.abs().max()) <= math.sqrt(2 * (2 * len(rewards) - 1)) + 1e-5
+
+
+def test_grpo_outcome_reward_with_discount() -> None:
+    # An outcome-only group (no reward before the last turn): Â_t = γ^(T-1-turn)·(R - mean)/std.
+    # R = 1, 0 → mean .5, sample std 0.707107 → ±0.707107 on turn 1, ±0.353553 on turn 0 (γ=.5).
+    # The old (γ^(T-1-turn)·R - mean R)/std gave 0 and -0.707 on turn 0: not bounded by the
+    # group's spread (all R = 1 and γ < 1 → -(1-γ)/ε).
+    adv, _ = compute_advantages("grpo", _two_turn([[0.0, 1.0], [0.0, 0.0]], gamma=0.5))
+    a = 0.5 / math.sqrt(0.5)
+    torch.testing.assert_close(adv, torch.tensor([[a / 2, a], [-a / 2, -a]]))
+    adv, _ = compute_advantages("grpo", _two_turn([[0.0, 1.0], [0.0, 1.0]], gamma=0.5))
+    assert torch.count_nonzero(adv) == 0
+
+
+def test_discount_is_per_turn_for_returns_and_per_token_for_gae() -> None:
+    # Defect 6 (chosen and documented): tokens [t0, t0, t1], reward 1 on the last, γ = 0.5.
+    # Return-to-go (grpo, rloo, reinforce_pp…) discounts per model turn: G = [.5, .5, 1].
+    # GAE (V = 0, λ = 1) discounts per model token: A = [.25, .5, 1].
+    r = torch.tensor([[0.0, 0.0, 1.0]])
+    m = torch.ones(1, 3)
+    turn = torch.tensor([[0, 0, 1]])
+    torch.testing.assert_close(returns_to_go(r, m, turn, 0.5), torch.tensor([[0.5, 0.5, 1.0]]))
+    adv, _ = gae(r, torch.zeros(1, 3), m, 0.5, 1.0)
+    torch.testing.assert_close(adv, torch.tensor([[0.25, 0.5, 1.0]]))

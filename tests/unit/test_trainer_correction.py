@@ -103,3 +103,28 @@ def test_identical_policies_have_no_mismatch() -> None:
     d = offpolicy_diagnostics(MU, MU, MASK)
     assert d["kl_k1"] == 0.0 and d["kl_k3"] == 0.0 and d["chi2_token"] == pytest.approx(0.0)
     assert d["ppl_ratio"] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------- issue #13 defects 5, 6
+
+
+def test_veto_below_the_log_ratio_clamp_fires() -> None:
+    # Defect 5: ρ = e^-30 = 9.4e-14 on one token; threshold 1e-10. The veto compared the ratio
+    # clamped at e^-20 = 2.06e-9 > 1e-10, so it never fired; it compares log ρ now.
+    mu = torch.zeros(2, 2)
+    old = torch.tensor([[-30.0, 0.0], [0.0, 0.0]])
+    c = compute_correction(old, mu, torch.ones(2, 2), veto_threshold=1e-10)
+    assert c.metrics["veto_seqs"] == 1.0
+    torch.testing.assert_close(c.keep_BR, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
+    # A token mask with a bound below e^-20 works the same way.
+    c = compute_correction(old, mu, torch.ones(2, 2), mask_level="token", mask_low=1e-10)
+    torch.testing.assert_close(c.keep_BR, torch.tensor([[0.0, 1.0], [1.0, 1.0]]))
+
+
+def test_batch_normalization_averages_over_kept_tokens() -> None:
+    # Defect 6 (chosen and documented): ICEPOP [0.5, 5] drops ρ = 0.4 and 6; kept ρ = 1, 3, 2
+    # → TIS (C = 2) 1, 2, 2, mean over the kept tokens 5/3 → 0.6, 1.2, 1.2 (mean 1 in the loss).
+    # verl divides by the mean over all response tokens (7.4/5 = 1.48: 0.676, 1.351, 1.351).
+    c = corr(is_level="token", is_cap=2.0, mask_level="token", batch_normalize=True)
+    kept = (c.weights_BR * c.keep_BR)[c.keep_BR > 0]
+    assert kept.tolist() == pytest.approx([0.6, 1.2, 1.2], abs=1e-6)

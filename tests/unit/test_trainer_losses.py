@@ -7,10 +7,12 @@ import math
 import pytest
 import torch
 
+from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.kl import AdaptiveKLController, kl_estimate
 from agentrl.trainer.losses import (
     LossParams,
     agg_loss,
+    agg_weights,
     compute_policy_loss,
     value_loss,
 )
@@ -100,8 +102,7 @@ def test_aggregation_modes() -> None:
     assert float(agg_loss(LOSS, MASK, "token-mean")) == pytest.approx(2.5)
     # seq-mean-token-mean: (6/3 + 4/1) / 2 episodes with tokens = 3
     assert float(agg_loss(LOSS, MASK, "seq-mean-token-mean")) == pytest.approx(3.0)
-    # seq-mean-token-sum-norm: (6 + 4) / (2 · L); L = longest row = 3 → 1.6667; L = 4 → 1.25
-    assert float(agg_loss(LOSS, MASK, "seq-mean-token-sum-norm")) == pytest.approx(10 / 6)
+    # seq-mean-token-sum-norm: (6 + 4) / (2 · L) with the constant L = 4 → 1.25
     assert float(agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", 4)) == pytest.approx(1.25)
     with pytest.raises(ValueError, match="token-mean"):
         agg_loss(LOSS, MASK, "sum")
@@ -110,8 +111,8 @@ def test_aggregation_modes() -> None:
 def test_aggregation_single_token_and_empty() -> None:
     one = torch.tensor([[5.0]])
     for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
-        assert float(agg_loss(one, torch.ones(1, 1), mode)) == pytest.approx(5.0)
-        assert float(agg_loss(one, torch.zeros(1, 1), mode)) == 0.0  # nothing to learn, no NaN
+        assert float(agg_loss(one, torch.ones(1, 1), mode, 1)) == pytest.approx(5.0)
+        assert float(agg_loss(one, torch.zeros(1, 1), mode, 1)) == 0.0  # nothing to learn, no NaN
 
 
 def test_value_loss_clipping() -> None:
@@ -149,3 +150,61 @@ def test_adaptive_kl_controller() -> None:
     assert c.value == pytest.approx(0.102)
     c.update(0.05, n_steps=10)
     assert c.value == pytest.approx(0.09996)
+
+
+# ----------------------------------------------------------------- issue #13 defects 4, 5, 7
+
+
+def test_dr_grpo_normaliser_is_one_constant_for_every_mini_batch() -> None:
+    # Defect 4: L used to be the longest row of each mini-batch. Mini-batch A has rows of 3 and
+    # 1 tokens, mini-batch B one row of 1 token. With the constant L = 4 every token weighs
+    # 1/(S·L): A → 1/(2·4) = 0.125, B → 1/(1·4) = 0.25 (the longest-row rule gave 1/(2·3) and
+    # 1/(1·1): a token of B weighed 6× a token of A instead of 2×).
+    mask_a = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    mask_b = torch.tensor([[1.0]])
+    w_a = agg_weights(mask_a, "seq-mean-token-sum-norm", 4)
+    w_b = agg_weights(mask_b, "seq-mean-token-sum-norm", 4)
+    assert w_a[mask_a > 0].tolist() == pytest.approx([0.125] * 4)
+    assert float(w_b[0, 0]) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="loss_norm_constant"):
+        agg_weights(mask_b, "seq-mean-token-sum-norm")  # no silent per-batch constant
+    # The config resolves L from the max response length, or says what to set.
+    cfg = TrainerConfig(
+        loss={"agg": "seq-mean-token-sum-norm"}, shaping={"max_response_tokens": 512}
+    )
+    assert cfg.loss.loss_norm_constant == 512
+    with pytest.raises(ValueError, match=r"loss_norm_constant or shaping\.max_response_tokens"):
+        TrainerConfig(loss={"agg": "seq-mean-token-sum-norm"})
+
+
+def test_log_ratio_clamp_effect_is_the_documented_one() -> None:
+    # Defect 5: the ±20 guard changes ppo only for A < 0 and log r > 20: loss -A·e^20, no
+    # gradient. A = -1, log r = 25 → loss e^20 = 4.85165e8 (exact would be e^25), grad 0.
+    # log r = 19 is exact: loss e^19 = 1.78482e8, d/dlogp = -A·r = e^19.
+    logp = torch.tensor([[25.0, 19.0]], requires_grad=True)
+    out = compute_policy_loss(
+        "ppo", logp, torch.zeros(1, 2), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2)
+    )
+    assert out.loss_BR[0].tolist() == pytest.approx([math.exp(20), math.exp(19)], rel=1e-6)
+    out.loss_BR.sum().backward()
+    assert logp.grad is not None
+    assert logp.grad[0].tolist() == pytest.approx([0.0, math.exp(19)], rel=1e-6)
+    # With the dual clip (c = 3) both tokens are bounded at -c·A = 3 instead.
+    dual = compute_policy_loss(
+        "ppo", logp, torch.zeros(1, 2), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2),
+        LossParams(dual_clip_c=3.0),
+    )  # fmt: skip
+    assert dual.loss_BR[0].tolist() == pytest.approx([3.0, 3.0])
+
+
+def test_ppo_offers_the_dual_clip() -> None:
+    # Defect 7: verl's PPO loss applies the dual clip (c = 3). ppo with dual_clip_c = 3, A = -1,
+    # r = 5: max(5, 1.2) = 5 → min(5, 3) = 3 (was 5: ppo ignored c); r = 2 → 2; A = 1, r = 5 →
+    # -1.2. Without dual_clip_c ppo stays the plain clip (5), and the config default is off.
+    on, _ = _ppo("ppo", [5.0, 2.0, 5.0], [-1, -1, 1], LossParams(dual_clip_c=3.0))
+    assert on.loss_BR[0].tolist() == pytest.approx([3.0, 2.0, -1.2], abs=1e-6)
+    assert on.indicators["dual_clip"][0].tolist() == [1, 0, 0]
+    off, _ = _ppo("ppo", [5.0], [-1], LossParams())
+    assert off.loss_BR[0].tolist() == pytest.approx([5.0])
+    assert TrainerConfig().loss.dual_clip_c is None
+    assert TrainerConfig(loss={"dual_clip_c": 3}).loss.dual_clip_c == 3.0

@@ -36,11 +36,12 @@ def test_shaping_pipeline() -> None:
     assert s.metrics["shaping/overlong_penalized"] == 1.0
 
 
-def test_reward_normalization() -> None:
-    # [1, 3]: mean 2, population std 1 → [-1, 1].
+def test_reward_normalization_uses_the_sample_std() -> None:
+    # Issue #13 defect 6: the same std as GRPO (Bessel-corrected). [1, 3]: mean 2,
+    # sample std sqrt((1 + 1)/1) = √2 → [-1/√2, 1/√2] = ±0.707107 (population std gave ±1).
     trajs = [episode(0, "a", [1], [2], 1.0), episode(1, "b", [1], [2], 3.0)]
     s = shape_rewards(trajs, ShapingConfig(reward_normalize=True))
-    assert s.scores == pytest.approx([-1.0, 1.0], abs=1e-6)
+    assert s.scores == pytest.approx([-0.707107, 0.707107], abs=1e-6)
 
 
 def test_dynamic_filter_drops_all_equal_groups() -> None:
