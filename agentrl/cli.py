@@ -89,6 +89,17 @@ def train_cmd(
         str | None, typer.Option("--env", help="Env name, pkg.module:Class or file.py:Class.")
     ] = None,
     config: Annotated[str | None, typer.Option("--config", help="A YAML preset.")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="Train your own agent: path/to/file.py:solve or pkg.module:solve "
+            "(async def solve(task, client: openai.AsyncOpenAI) -> float | None).",
+        ),
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="Task file (parquet/jsonl); sets tasks=FILE.")
+    ] = None,
     resume: Annotated[
         str | None, typer.Option("--resume", help="Continue the run in this directory.")
     ] = None,
@@ -106,6 +117,10 @@ def train_cmd(
     items = list(overrides or [])
     if env:
         items.append(f"env={env}")
+    if agent:
+        items.append(f"agent.solve={agent}")
+    if tasks:
+        items.append(f"tasks={tasks}")
     if ray_address:
         items.append(f"ray.address={ray_address}")
     try:

@@ -39,6 +39,7 @@ _NOT_TRAINABLE = {
     StopReason.INTERNAL_ERROR,
     StopReason.TOKENIZATION_ERROR,
     StopReason.ABORTED,
+    StopReason.AGENT_ERROR,
 }
 
 
@@ -206,6 +207,10 @@ class Driver:
         for key in ("tool_time_s", "generate_time_s", "env_time_s"):
             total = sum(t.metrics.get(key, 0.0) for t in trajs)
             out[f"episode_sum/{key}"] = total
+        segments = sum(t.metrics.get("gateway/segments", 0.0) for t in trajs)
+        if segments:  # bring-your-own agents: samples, and how many a rewritten history added
+            out["gateway/segments"] = segments
+            out["gateway/rewrites"] = sum(t.metrics.get("gateway/rewrites", 0.0) for t in trajs)
         return StepOutput(self.step, trajs, out)
 
     # ------------------------------------------------------------------ modes

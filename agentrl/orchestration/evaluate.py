@@ -9,8 +9,9 @@ from typing import Any
 from agentrl.env import Env
 from agentrl.llm import LLMClient
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
+from agentrl.rollout.runner import RolloutResult
 
-__all__ = ["evaluate"]
+__all__ = ["eval_metrics", "evaluate"]
 
 
 async def evaluate(
@@ -38,6 +39,11 @@ async def evaluate(
         AgentLoop(llm, tokenizer, cfg), env_factory, group_size=k, max_concurrency=max_concurrency
     )
     result = await runner.run(tasks, seed=12345)
+    return eval_metrics(result, k=k, success_threshold=success_threshold)
+
+
+def eval_metrics(result: RolloutResult, *, k: int, success_threshold: float) -> dict[str, float]:
+    """Success, pass@k, mean reward, mean turns and stop-reason counts of ``result``."""
     trajs = result.trajectories
     wins = [t.reward >= success_threshold for t in trajs]
     out = {

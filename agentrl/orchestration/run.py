@@ -184,6 +184,10 @@ async def train(
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> RunResult:
     """Runs training as configured. See the module docstring for the order of start-up."""
+    if cfg.agent.solve:
+        from agentrl.orchestration.agent_mode import check_agent
+
+        check_agent(cfg)  # before anything starts: a bad spec or Ray placement fails here
     if cfg.ray.address is not None:
         from agentrl.orchestration.ray_train import train_on_ray
 
@@ -194,14 +198,22 @@ async def train(
     await preflight_env(prep.env_cls, cfg.env_kwargs)
     log_dir = str(prep.run.path / "logs")
     fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
+    gateway = None
     try:
         trainer = await asyncio.to_thread(Trainer, cfg.trainer, prep.model_dir)
-        runner = RolloutRunner(
-            AgentLoop(fleet, prep.tokenizer, prep.loop_config),
-            prep.env_factory,
-            group_size=cfg.rollout.group_size,
-            max_concurrency=cfg.rollout.max_concurrency,
-        )
+        runner: GroupRunner
+        if cfg.agent.solve:  # bring-your-own agent: episodes run through the gateway
+            from agentrl.orchestration.agent_mode import make_agent_runner, open_gateway
+
+            gateway = await open_gateway(cfg, fleet, prep.tokenizer)
+            runner = make_agent_runner(cfg, gateway, group_size=cfg.rollout.group_size)
+        else:
+            runner = RolloutRunner(
+                AgentLoop(fleet, prep.tokenizer, prep.loop_config),
+                prep.env_factory,
+                group_size=cfg.rollout.group_size,
+                max_concurrency=cfg.rollout.max_concurrency,
+            )
 
         async def push(weights: dict[str, Any], mode: PauseMode) -> int:
             return int((await fleet.sync_weights(weights, mode=mode)).version)
@@ -217,6 +229,8 @@ async def train(
             on_step=on_step,
         )
     finally:
+        if gateway is not None:
+            await gateway.close()
         await fleet.close()
 
 
@@ -234,6 +248,10 @@ async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) 
 async def _evaluate(prep: Prepared, llm: LLMClient) -> dict[str, float]:
     """The held-out evaluation of ``prep.cfg.eval`` with ``llm``."""
     cfg = prep.cfg
+    if cfg.agent.solve:
+        from agentrl.orchestration.agent_mode import evaluate_agent
+
+        return await evaluate_agent(cfg, llm, prep.tokenizer, prep.eval_rows)
     return await evaluate(
         llm,
         prep.tokenizer,

@@ -50,7 +50,8 @@ def load_tasks_for(
     ``eval.num_tasks``) is held out.
     """
     if cfg.tasks:
-        loader = getattr(env_cls, "load_tasks", None)
+        # An agent (agent.solve) gets its task file's rows as they are; an env validates them.
+        loader = None if cfg.agent.solve else getattr(env_cls, "load_tasks", None)
         rows = loader(cfg.tasks) if loader else [r for _, r in read_rows(cfg.tasks)]
         n_eval = min(cfg.eval.num_tasks, max(1, len(rows) // 10))
         return rows[n_eval:], rows[:n_eval]

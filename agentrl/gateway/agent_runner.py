@@ -1,0 +1,232 @@
+"""Runs bring-your-own agents: one ``solve(task, client)`` per episode, each behind its own session.
+
+The agent contract::
+
+    async def solve(task: dict, client: openai.AsyncOpenAI) -> float | None
+
+``solve`` returns the reward, or None to let a scorer give it:
+``score(task, messages) -> float`` (sync or async), where ``messages`` is the
+last conversation the agent sent, with the model's final reply appended
+(OpenAI dicts). Whatever the agent does, its episode ends with a reason and
+never takes the run down: an agent that raises ends with ``agent_error`` and
+its traceback, one that hangs is cut at ``episode_timeout_s`` (``timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import importlib.util
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl.env import call_maybe_async
+from agentrl.gateway.server import Gateway
+from agentrl.rollout.runner import RolloutResult, summarize
+from agentrl.types import StopReason, Trajectory
+
+__all__ = ["AgentRunner", "AgentSpecError", "load_agent"]
+
+Solve = Callable[[dict[str, Any], Any], Awaitable[float | None]]
+Score = Callable[[dict[str, Any], list[dict[str, Any]]], Any]
+
+# The gateway's own failures explain an agent's exception better than the exception does.
+_GATEWAY_REASONS = {StopReason.LLM_ERROR, StopReason.INTERNAL_ERROR}
+
+
+class AgentSpecError(ValueError):
+    """An agent spec (``file.py:solve`` / ``pkg.module:solve``) cannot be loaded."""
+
+
+def _module(where: str, spec: str) -> Any:
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise AgentSpecError(f"agent spec {spec!r}: file {where!r} does not exist")
+        name = f"_agentrl_agent_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+        if name in sys.modules:
+            return sys.modules[name]
+        fspec = importlib.util.spec_from_file_location(name, path)
+        if fspec is None or fspec.loader is None:
+            raise AgentSpecError(f"agent spec {spec!r}: cannot load {where!r} as a module")
+        module = importlib.util.module_from_spec(fspec)
+        sys.modules[name] = module
+        try:
+            fspec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return module
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as e:
+        raise AgentSpecError(f"agent spec {spec!r}: no module named {e.name!r}") from e
+
+
+def _load(spec: str, what: str) -> tuple[Any, Callable[..., Any]]:
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise AgentSpecError(
+            f"bad {what} spec {spec!r}: expected 'path/to/file.py:{what}' or 'pkg.module:{what}'"
+        )
+    module = _module(where, spec)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise AgentSpecError(f"{what} spec {spec!r}: {where} has no callable {attr!r}")
+    return module, fn
+
+
+def load_agent(spec: str, score: str | None = None) -> tuple[Solve, Score | None]:
+    """Loads ``solve`` and its scorer: ``score`` if given, else a ``score`` beside ``solve``.
+
+    Raises:
+        AgentSpecError: The spec is malformed, the file or module is missing, or
+            ``solve`` is not an async function.
+    """
+    module, solve = _load(spec, "solve")
+    if not asyncio.iscoroutinefunction(solve):
+        raise AgentSpecError(
+            f"agent {spec!r} must be an async function: "
+            "async def solve(task, client) -> float | None"
+        )
+    scorer = _load(score, "score")[1] if score else getattr(module, "score", None)
+    return solve, scorer if callable(scorer) else None
+
+
+def _task_id(task: Mapping[str, Any], index: int) -> str:
+    for key in ("id", "task_id", "uid"):
+        if key in task:
+            return str(task[key])
+    return str(index)
+
+
+def _reward(value: Any) -> float:
+    if isinstance(value, int | float):  # bool is an int
+        return float(value)
+    raise TypeError(f"the reward must be a number, got {type(value).__name__}: {value!r}")
+
+
+class AgentRunner:
+    """Runs G agent episodes per task through the gateway (a GroupRunner for the Driver).
+
+    Args:
+        gateway: A started :class:`Gateway`.
+        solve: ``async def solve(task, client) -> float | None``.
+        score: ``score(task, messages) -> float`` for episodes whose solve returns None.
+        group_size: Episodes per task (G of GRPO).
+        max_concurrency: Most episodes in flight.
+        episode_timeout_s: Wall-clock budget of one episode (solve and scoring).
+        request_timeout_s: Timeout of one HTTP request of the agent's client.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        solve: Solve,
+        *,
+        score: Score | None = None,
+        group_size: int = 1,
+        max_concurrency: int = 64,
+        episode_timeout_s: float = 600.0,
+        request_timeout_s: float = 600.0,
+    ) -> None:
+        if group_size < 1 or max_concurrency < 1:
+            raise ValueError("group_size and max_concurrency must be ≥ 1")
+        self.gateway = gateway
+        self.solve = solve
+        self.score = score
+        self.group_size = group_size
+        self.episode_timeout_s = episode_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._sem = asyncio.Semaphore(max_concurrency)
+
+    async def run_episode(
+        self, task: Mapping[str, Any], *, task_id: str = "0", group_id: str = "0",
+        episode_id: str = "0",
+    ) -> list[Trajectory]:  # fmt: skip
+        """Runs one episode; returns one Trajectory per segment (never raises for it)."""
+        import openai
+
+        session = self.gateway.open_session(episode_id)
+        client = openai.AsyncOpenAI(
+            base_url=self.gateway.base_url(session),
+            api_key="agentrl",
+            max_retries=0,
+            timeout=self.request_timeout_s,
+        )
+        t0 = time.perf_counter()
+        reward, error = 0.0, None
+        reason = StopReason.DONE
+        deadline = asyncio.timeout(self.episode_timeout_s)
+        try:
+            async with deadline:
+                result = await self.solve(dict(task), client)
+                if result is None:
+                    if self.score is None:
+                        raise TypeError(
+                            "solve returned None and the agent has no scorer: return the "
+                            "reward, or define score(task, messages) beside solve"
+                        )
+                    result = await call_maybe_async(
+                        self.score, dict(task), list(session.conversation)
+                    )
+                reward = _reward(result)
+            reason = session.stop_reason or StopReason.DONE
+            error = session.error
+        except asyncio.CancelledError:
+            self.gateway.close_session(session)
+            await client.close()
+            raise
+        except Exception:
+            if deadline.expired():
+                reason, error = StopReason.TIMEOUT, f"episode exceeded {self.episode_timeout_s}s"
+            elif session.stop_reason in _GATEWAY_REASONS:
+                reason = session.stop_reason
+                error = f"{session.error}\n\nthe agent then raised:\n{traceback.format_exc()}"
+            else:
+                reason, error = StopReason.AGENT_ERROR, traceback.format_exc()
+        finally:
+            self.gateway.close_session(session)
+            await client.close()
+        trajs = session.trajectories(
+            task_id=task_id, group_id=group_id, reward=reward, stop_reason=reason, error=error
+        )
+        trajs[0].metrics["episode_time_s"] = time.perf_counter() - t0
+        if session.last_api_error:
+            trajs[0].info["last_api_error"] = session.last_api_error
+        return trajs
+
+    async def _episode(
+        self, task: Mapping[str, Any], task_id: str, group_id: str, k: int
+    ) -> list[Trajectory]:
+        async with self._sem:
+            return await self.run_episode(
+                task, task_id=task_id, group_id=group_id, episode_id=f"{group_id}/{k}"
+            )
+
+    async def run_group(
+        self, task: Mapping[str, Any], *, index: int, seed: int | None = 0, tag: str = ""
+    ) -> list[Trajectory]:
+        """The G episodes of one task, every segment of each (segments share the group id)."""
+        group_id = f"{tag or uuid.uuid4().hex[:8]}:{index}:{_task_id(task, index)}"
+        tid = _task_id(task, index)
+        episodes = await asyncio.gather(
+            *(self._episode(task, tid, group_id, k) for k in range(self.group_size))
+        )
+        return [t for ep in episodes for t in ep]
+
+    async def run(
+        self, tasks: Sequence[Mapping[str, Any]], *, seed: int | None = 0
+    ) -> RolloutResult:
+        """Every task's group, in task order, with aggregate metrics (as RolloutRunner.run)."""
+        batch = uuid.uuid4().hex[:8]
+        groups = await asyncio.gather(
+            *(self.run_group(t, index=i, seed=seed, tag=batch) for i, t in enumerate(tasks))
+        )
+        return summarize(list(groups))

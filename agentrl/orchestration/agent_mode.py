@@ -1,0 +1,117 @@
+"""Bring-your-own-agent runs: the gateway and AgentRunner in place of the AgentLoop.
+
+``agentrl train --agent my_agent.py:solve`` uses the same driver, modes, groups,
+trainer, checkpoints and logging as an env run; only who drives the episodes
+changes. Tasks still come from ``tasks`` (a file, read as plain rows) or from the
+env's built-in generator (``--env``), so an agent can train on an env's tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentrl.config import RunConfig
+from agentrl.gateway.agent_runner import AgentRunner, AgentSpecError, load_agent
+from agentrl.gateway.server import Gateway
+from agentrl.gateway.session import GatewayLimits
+from agentrl.llm import LLMClient
+from agentrl.orchestration.evaluate import eval_metrics
+from agentrl.orchestration.startup import ComponentError, loop_config
+from agentrl.rollout.runner import summarize
+from agentrl.tools import ToolCallParser
+
+__all__ = [
+    "check_agent",
+    "evaluate_agent",
+    "gateway_limits",
+    "make_agent_runner",
+    "open_gateway",
+    "tool_parser",
+]
+
+
+def gateway_limits(cfg: RunConfig, *, max_temperature: float | None = None) -> GatewayLimits:
+    """The run's limits as the gateway applies them to an agent's requests."""
+    lc = loop_config(cfg)
+    return GatewayLimits(
+        max_turns=lc.max_turns,
+        max_total_tokens=lc.max_total_tokens,
+        max_tokens_per_turn=lc.max_tokens_per_turn,
+        max_temperature=cfg.agent.max_temperature if max_temperature is None else max_temperature,
+        sampling=lc.sampling,
+        tool_parser=lc.tool_parser,
+    )
+
+
+def tool_parser(name: str, tokenizer: Any) -> ToolCallParser:
+    """The run's tool-call parser (vLLM-backed names need the tokenizer when available)."""
+    from agentrl.tools import parsers
+
+    make = getattr(parsers, "make_tool_parser", None)
+    return make(name, tokenizer) if make is not None else parsers.get_parser(name)
+
+
+def check_agent(cfg: RunConfig) -> None:
+    """Fails at start-up, naming the cause, when ``cfg.agent`` cannot run."""
+    if cfg.ray.address is not None:
+        raise ComponentError(
+            "agent.solve runs on one machine for now (the gateway and the agents share the "
+            "driver's event loop); unset ray.address"
+        )
+    _agent(cfg)
+
+
+def _agent(cfg: RunConfig) -> tuple[Any, Any]:
+    if cfg.agent.solve is None:
+        raise ComponentError("agent.solve is not set")
+    try:
+        return load_agent(cfg.agent.solve, cfg.agent.score)
+    except AgentSpecError as e:
+        raise ComponentError(f"agent: {e}") from e
+
+
+async def open_gateway(
+    cfg: RunConfig, llm: LLMClient, tokenizer: Any, *, max_temperature: float | None = None
+) -> Gateway:
+    """A started gateway in front of ``llm`` with the run's limits."""
+    limits = gateway_limits(cfg, max_temperature=max_temperature)
+    gw = Gateway(
+        llm, tokenizer, limits, host=cfg.agent.host, port=cfg.agent.port,
+        parser=tool_parser(limits.tool_parser, tokenizer),
+    )  # fmt: skip
+    return await gw.start()
+
+
+def make_agent_runner(cfg: RunConfig, gateway: Gateway, *, group_size: int) -> AgentRunner:
+    """An AgentRunner for ``cfg.agent`` (loaded now, so a bad spec fails at start-up)."""
+    solve, score = _agent(cfg)
+    return AgentRunner(
+        gateway,
+        solve,
+        score=score,
+        group_size=group_size,
+        max_concurrency=cfg.rollout.max_concurrency,
+        episode_timeout_s=cfg.rollout.episode_timeout_s,
+        request_timeout_s=cfg.agent.request_timeout_s,
+    )
+
+
+async def evaluate_agent(
+    cfg: RunConfig, llm: LLMClient, tokenizer: Any, tasks: Sequence[Mapping[str, Any]]
+) -> dict[str, float]:
+    """Held-out evaluation of the agent: ``eval.samples_per_task`` episodes per task.
+
+    The agent's temperature is lowered to ``eval.temperature``; success and pass@k
+    count episodes (a rewritten history's later segments are not counted twice).
+    """
+    gw = await open_gateway(cfg, llm, tokenizer, max_temperature=cfg.eval.temperature)
+    try:
+        runner = make_agent_runner(cfg, gw, group_size=cfg.eval.samples_per_task)
+        result = await runner.run(tasks, seed=12345)
+    finally:
+        await gw.close()
+    firsts = [[t for t in g if t.info.get("segment", 0) == 0] for g in result.groups]
+    return eval_metrics(
+        summarize(firsts), k=cfg.eval.samples_per_task, success_threshold=cfg.eval.success_threshold
+    )

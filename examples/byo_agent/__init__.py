@@ -1,0 +1,1 @@
+"""Bring-your-own agents trained with ``agentrl train --agent FILE.py:solve``."""
