@@ -20,6 +20,7 @@ from typing import Any
 
 from agentrl.env import Env, call_maybe_async
 from agentrl.llm import LLMClient, LLMError, SamplingParams
+from agentrl.rollout.consistency import PY_TOOL
 from agentrl.rollout.templates import STRATEGIES, TemplateReport, inspect_template
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.tools import ToolExecutor, make_turn_parser
@@ -123,7 +124,7 @@ class AgentLoop:
                 f"template_strategy must be 'auto', {' or '.join(map(repr, STRATEGIES))}, "
                 f"got {cfg.template_strategy!r}"
             )
-        ChatTokenizer(tokenizer)  # fail fast on a tokenizer without a usable template
+        ChatTokenizer(tokenizer, tools=[PY_TOOL])  # fail fast on a tokenizer without a template
         self.template_report: TemplateReport | None = None
         self.strategy = "as_sampled" if cfg.template_strategy == "auto" else cfg.template_strategy
         self.inject_tools = bool(cfg.inject_tools)

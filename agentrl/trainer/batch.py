@@ -3,6 +3,13 @@
 Per-episode quantities live in "compact" tensors (B, R): row b holds the model tokens
 of episode b (``loss_mask == 1``), left-aligned, in order. The logprob of token t is
 predicted at position t-1, so ``pos_BR - 1`` indexes the hidden state that scores it.
+
+A ``per_turn`` episode (``Trajectory.sample_starts``) is still one row: its samples
+(each a prompt rendered by the template and one model turn) lie one after another,
+and their position ids restart at each sample start, so the model sees them as
+packed sequences (HF builds the block-diagonal mask from restarting position ids
+when no attention mask is given). Rewards, groups and advantages stay per episode
+and reach the model tokens of every sample.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ class Batch:
         scores_B: Shaped total reward per episode.
         truncated_B: Whether each episode was truncated.
         episode_ids: For error messages.
+        positions: Position ids per episode, restarting at each ``per_turn`` sample;
+            None: 0..L_b-1 for every row.
     """
 
     ids: list[torch.Tensor]
@@ -57,6 +66,7 @@ class Batch:
     scores_B: torch.Tensor
     truncated_B: torch.Tensor
     episode_ids: list[str]
+    positions: list[torch.Tensor] | None = None
 
     @property
     def size(self) -> int:
@@ -141,7 +151,18 @@ def build_batch(
         scores_B=torch.tensor([float(s) for s in scores]),
         truncated_B=torch.tensor(list(truncated), dtype=torch.bool),
         episode_ids=[t.episode_id for t in trajectories],
+        positions=(
+            [torch.tensor(t.position_ids(), dtype=torch.long) for t in trajectories]
+            if any(t.sample_starts for t in trajectories)
+            else None
+        ),
     )
+
+
+def _row_positions(batch: Batch, r: int) -> torch.Tensor:
+    if batch.positions is None:
+        return torch.arange(int(batch.lengths_B[r]))
+    return batch.positions[r]
 
 
 def partition_balanced(rows: Sequence[int], lengths: Sequence[int], k: int) -> list[list[int]]:
@@ -270,7 +291,7 @@ def make_micro_batch(batch: Batch, rows: Sequence[int], packing: bool) -> MicroB
             tgt.append(batch.ids[r][p])
             offset += int(batch.lengths_B[r])
         ids = torch.cat([batch.ids[r] for r in rows])[None]
-        position_ids = torch.cat([torch.arange(int(batch.lengths_B[r])) for r in rows])[None]
+        position_ids = torch.cat([_row_positions(batch, r) for r in rows])[None]
         attn = None
     else:
         L = int(batch.lengths_B[rows].max())
@@ -284,6 +305,17 @@ def make_micro_batch(batch: Batch, rows: Sequence[int], packing: bool) -> MicroB
             sel.append(i * L + p - 1)
             tgt.append(batch.ids[r][p])
         position_ids = torch.arange(L)[None].expand(len(rows), L).contiguous()
+        if batch.positions is not None and any(
+            int(batch.positions[r][-1]) != int(batch.lengths_B[r]) - 1 for r in rows
+        ):
+            # per_turn samples in a row: positions restart at each sample, padding is a
+            # sequence of its own, and no attention mask, so that HF masks the samples
+            # apart (right padding never reaches the real tokens of a causal model).
+            for i, r in enumerate(rows):
+                n = int(batch.lengths_B[r])
+                position_ids[i, :n] = batch.positions[r]
+                position_ids[i, n:] = torch.arange(L - n)
+            attn = None
     return MicroBatch(
         rows=rows,
         input_ids=ids,

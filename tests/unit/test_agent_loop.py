@@ -260,14 +260,29 @@ async def test_logprob_count_mismatch_is_refused(tokenizer):
     assert traj.stop_reason == StopReason.LLM_ERROR and "logprobs" in traj.error
 
 
-def test_loop_refuses_a_template_that_is_not_prefix_consistent(tokenizer):
+def test_loop_trains_a_history_rewriting_template_per_turn_and_refuses_only_when_nothing_holds(
+    tokenizer,
+):
     from tests.unit.test_rollout_tokenization import _think_stripping
 
     llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "x"))
-    with pytest.raises(TemplateError, match="not prefix-consistent"):
-        AgentLoop(llm, _think_stripping(tokenizer))
-    # Explicit opt-out is possible.
+    loop = AgentLoop(llm, _think_stripping(tokenizer))
+    assert loop.strategy == "per_turn" and loop.template_report.verdict == "not consistent"
+    assert AgentLoop(llm, tokenizer).strategy == "as_sampled"
+    # Either strategy can be forced where it holds, and the check can be turned off.
+    forced = AgentLoop(llm, _think_stripping(tokenizer), LoopConfig(template_strategy="as_sampled"))
+    assert forced.strategy == "as_sampled"
     AgentLoop(llm, _think_stripping(tokenizer), LoopConfig(check_template=False))
+    # A template that raises on tool results: neither strategy holds, so the loop refuses.
+    bad = _think_stripping(tokenizer)
+    bad.chat_template = (
+        "{%- for m in messages %}{%- if m.role == 'tool' %}{{ raise_exception('no tools here') }}"
+        "{%- endif %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+        "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    with pytest.raises(TemplateError, match="neither as_sampled nor per_turn holds") as e:
+        AgentLoop(llm, bad)
+    assert "no tools here" in str(e.value)
 
 
 async def test_sampling_params_are_passed_through_with_the_turn_budget(tokenizer):

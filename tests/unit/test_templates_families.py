@@ -1,0 +1,241 @@
+"""Published chat-template families, end to end: doctor verdict and strategy, a two-turn
+tool episode through the AgentLoop with the family's own tool-call text, the parsed
+call, the tool result rendered in the family's format, and the exact token sequence.
+
+Templates are written from each family's public format (tests/data/templates/);
+the tokenizer is a small BPE trained here with each family's special tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agentrl import Action, Env, Message, StepResult, StopReason
+from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig
+from agentrl.rollout.templates import inspect_template
+from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
+from agentrl.tools import tool
+from agentrl.tools.parsers import ParsedOutput, parser_names, register_parser
+from agentrl.types import ToolCall
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "templates"))
+from families import family_tokenizer
+
+
+class HarmonyCalls:
+    """Stand-in for a gpt-oss (harmony) tool parser: vLLM's 'openai' tool parser is a stub
+    that cannot parse a finished turn (its HarmonyParser needs the streaming context)."""
+
+    def parse(self, text: str) -> ParsedOutput:
+        m = re.search(r"to=functions\.(\w+).*?<\|message\|>(.*)$", text, re.S)
+        if not m:
+            return ParsedOutput(text.rsplit("<|message|>", 1)[-1].strip())
+        return ParsedOutput("", (ToolCall(m.group(1), json.loads(m.group(2)), id="call_0"),))
+
+
+if "test_harmony" not in parser_names():
+    register_parser("test_harmony", HarmonyCalls)
+
+
+class AddEnv(Env):
+    """Asks for 2+3; the model calls `add`, then answers."""
+
+    def reset(self, task, *, seed=None):
+        return [Message.system("Use tools."), Message.user("What is 2+3?")]
+
+    @tool
+    def add(self, a: int, b: int) -> int:
+        """Adds two integers.
+
+        Args:
+            a: First addend.
+            b: Second addend.
+        """
+        return a + b
+
+    def tools(self):
+        return [self.add]
+
+    def step(self, action: Action) -> StepResult:
+        if "ANSWER 5" in action.content:
+            return StepResult(reward=1.0, terminated=True)
+        return StepResult()
+
+
+@dataclass(frozen=True)
+class Case:
+    """What one family does: its doctor line and its episode."""
+
+    verdict: str
+    strategy: str
+    call: str  # the tool-call turn as the model samples it (end-of-turn token included)
+    result: str  # the tool result as rendered after that turn, through the next generation prompt
+    answer: str = "ANSWER 5"
+    parser: str = "hermes"
+    reasoning_parser: str | None = None
+    drops_tools: bool = False
+
+
+_HERMES_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
+_LLAMA_NEXT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+CASES: dict[str, Case] = {
+    "qwen2_5": Case(
+        "consistent",
+        "as_sampled",
+        _HERMES_CALL,
+        "\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+        "ANSWER 5<|im_end|>",
+    ),
+    "qwen3": Case(
+        "not consistent",
+        "per_turn",
+        "<think>\nAdd them.\n</think>\n\n" + _HERMES_CALL,
+        "<|im_start|>system\n",  # per_turn: the next sample starts with the whole prompt
+        "<think>\nDone.\n</think>\n\nANSWER 5<|im_end|>",
+        reasoning_parser="qwen3",
+    ),
+    "llama3_1_json": Case(
+        "not consistent",
+        "per_turn",
+        '{"name": "add", "parameters": {"a": 2, "b": 3}}<|eot_id|>',
+        "<|begin_of_text|><|start_header_id|>system",
+        "ANSWER 5<|eot_id|>",
+        parser="llama3_json",
+    ),
+    "llama3_2_pythonic": Case(
+        "consistent",
+        "as_sampled",
+        "[add(a=2, b=3)]<|eot_id|>",
+        "<|start_header_id|>ipython<|end_header_id|>\n\n5" + _LLAMA_NEXT,
+        "ANSWER 5<|eot_id|>",
+        parser="pythonic",
+    ),
+    "mistral_nemo": Case(
+        "not consistent",
+        "per_turn",
+        '[TOOL_CALLS][{"name": "add", "arguments": {"a": 2, "b": 3}}]</s>',
+        "<s>[AVAILABLE_TOOLS]",
+        "ANSWER 5</s>",
+        parser="mistral",
+    ),
+    "deepseek_v3_1": Case(
+        "not consistent",
+        "per_turn",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>"
+        '{"a": 2, "b": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>',
+        "<｜begin▁of▁sentence｜>Use tools.",
+        "ANSWER 5<｜end▁of▁sentence｜>",
+        parser="deepseek_v31",
+    ),
+    "hermes2pro": Case(
+        "not consistent",
+        "per_turn",
+        _HERMES_CALL,
+        "<s><|im_start|>system\n",
+        "ANSWER 5<|im_end|>",
+    ),
+    "gpt_oss": Case(
+        "not consistent",
+        "per_turn",
+        "<|channel|>commentary to=functions.add <|constrain|>json"
+        '<|message|>{"a": 2, "b": 3}<|call|>',
+        "<|start|>system<|message|>",
+        "<|channel|>final<|message|>ANSWER 5<|return|>",
+        parser="test_harmony",
+    ),
+    "chatml_smollm2": Case(
+        "consistent",
+        "as_sampled",
+        _HERMES_CALL,
+        "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n",
+        "ANSWER 5<|im_end|>",
+        drops_tools=True,
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def family(request):
+    return request.param, family_tokenizer(request.param), CASES[request.param]
+
+
+def test_doctor_gives_verdict_strategy_and_capabilities(family):
+    _, tok, case = family
+    report = inspect_template(tok, tools=[AddEnv().add.schema()])
+    assert (report.verdict, report.strategy) == (case.verdict, case.strategy), report.summary()
+    assert report.capabilities is not None
+    assert report.capabilities.drops_tools is case.drops_tools
+    assert report.inject_tools is case.drops_tools
+    assert report.exit_code == (0 if case.verdict == "consistent" else 1)
+    text = report.summary()
+    assert f"verdict: {case.verdict}" in text and f"strategy: {case.strategy}" in text
+    assert "capabilities: " in text
+
+
+def _policy(tok, case: Case):
+    replies = iter([case.call, case.answer])
+    # The reply carries its own end-of-turn token; TextPolicy adds eos after it, which the
+    # server never reaches (it stops at the first stop token).
+    return TextPolicy(tok, lambda _prompt: next(replies))
+
+
+async def test_two_turn_tool_episode_is_recorded_exactly(family):
+    name, tok, case = family
+    llm = ScriptedLLM(_policy(tok, case))
+    loop = AgentLoop(
+        llm,
+        tok,
+        LoopConfig(tool_parser=case.parser, reasoning_parser=case.reasoning_parser),
+    )
+    assert loop.strategy == case.strategy
+    traj = await loop.run(AddEnv(), {}, episode_id=name)
+    assert traj.stop_reason == StopReason.DONE, traj.error
+    assert traj.reward == 1.0 and traj.num_turns == 2
+    traj.validate()
+    assert traj.strategy == case.strategy
+    # The parsed call, run: the tool message holds its result.
+    call = traj.messages[2].tool_calls[0]
+    assert (call.name, call.arguments) == ("add", {"a": 2, "b": 3})
+    assert [m.role for m in traj.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert traj.messages[3].content == "5"
+
+    chat = ChatTokenizer(tok, tools=[AddEnv().add.schema()], inject_tools=loop.inject_tools)
+    model = [s for s in traj.spans if s.kind == "model"]
+    sampled = [traj.token_ids[s.start : s.end] for s in model]
+    assert [chat.decode(ids) for ids in sampled] == [case.call, case.answer]
+    # Logprobs are the server's on sampled tokens, 0 elsewhere.
+    for s in model:
+        for i in range(s.start, s.end):
+            assert traj.loss_mask[i] == 1
+    assert sum(traj.loss_mask) == sum(len(x) for x in sampled)
+    prompt = chat.prompt_ids(traj.messages[:2])
+    between = traj.token_ids[model[0].end : model[1].start]
+    assert chat.decode(between).startswith(case.result)
+    if case.strategy == "as_sampled":
+        # One sequence: prompt, turn 1, the tool result in the family's format, turn 2.
+        assert traj.sample_starts == []
+        assert traj.token_ids == prompt + sampled[0] + chat.encode(case.result) + sampled[1]
+        assert chat.decode(between) == case.result
+        assert llm.requests[1] == traj.token_ids[: model[1].start]
+        for s in model:
+            for i in range(s.start, s.end):
+                assert traj.rollout_logprobs[i] == fake_logprob(traj.token_ids[i], i)
+    else:
+        # Two samples: each prompt is the template's rendering of the conversation so far,
+        # exactly what inference shows; each is followed by the turn as sampled.
+        second = chat.prompt_ids(traj.messages[:4])
+        assert traj.sample_starts == [0, model[0].end]
+        assert traj.token_ids == prompt + sampled[0] + second + sampled[1]
+        assert llm.requests == [prompt, second]
+        assert traj.position_ids()[model[0].end] == 0
+        for s, start in zip(model, traj.sample_starts, strict=True):
+            for i in range(s.start, s.end):
+                assert traj.rollout_logprobs[i] == fake_logprob(traj.token_ids[i], i - start)
+    if loop.inject_tools:
+        assert '"name": "add"' in chat.decode(prompt) and "<tools>" in chat.decode(prompt)
