@@ -186,11 +186,18 @@ class ConsistencyReport:
         """Human-readable lines, one per turn checked."""
         lines = []
         for name, turns in self.results.items():
-            for t in turns:
+            bad = [t for t in turns if not (t.ok and t.delta_ok)]
+            if not bad:
+                lines.append(f"[{name}] {len(turns)} turns: ok")
+            for t in bad:
                 status = "ok" if t.ok else f"differs at token {t.mismatch_at}\n{t.diff}"
                 if not t.delta_ok:
                     status += f"\n  delta not isolated:\n{t.delta_diff}"
                 lines.append(f"[{name}] turn {t.turn}: {status}")
+                if not t.delta_ok:
+                    break
+                if not t.ok:
+                    break  # later turns carry the same first difference
         lines += [f"[{name}] skipped: {why}" for name, why in self.skipped.items()]
         lines += [f"[{name}] error: {err}" for name, err in self.errors.items()]
         lines += [f"note: {n}" for n in self.notes]

@@ -129,6 +129,7 @@ def probe_capabilities(chat: ChatTokenizer) -> Capabilities:
             "a tool result",
         )
     else:
+        calls = False  # treated as dropped: inject_tools writes calls into the text
         notes.append(f"raises on tool calls: {style.error}")
     reasoning = has(
         [u, Message.assistant(f"<think>{_REASONING}</think>Done.")],
@@ -223,6 +224,9 @@ def inspect_template(
         rep = ConsistencyReport(errors={"template": str(e)}, per_turn_ok=False)
         fix = "give the model directory a chat template (chat_template.jinja) that closes "
         fix += "each assistant turn with its end-of-turn token"
+        if isinstance(e, TemplateRenderError):
+            fix = "the template raises on a plain question and answer (its message is above): "
+            fix += "fix it, or replace chat_template.jinja with the family's published template"
         return TemplateReport("could not check", None, None, rep, error=str(e), fixes=[fix])
     caps = probe_capabilities(chat)
     inject = caps.drops_tools if inject_tools is None else inject_tools
