@@ -48,19 +48,27 @@ def envs_cmd() -> None:
         console.print(name)
 
 
-@doctor_app.command("tokenizer")
+@doctor_app.command(
+    "tokenizer",
+    help="Check how the chat template can be trained on. Renders probe conversations (tool "
+    "calls, tool results, reasoning, env feedback) and prints where the tokens the model saw "
+    "differ from what the template renders at inference, the end-of-turn tokens, a capability "
+    "line (tool schemas, calls, results, reasoning), the verdict and the training strategy "
+    "(as_sampled or per_turn).\n\nExit status: 0 consistent; 1 not consistent (trained with "
+    "the strategy shown, or refused when it says none); 3 could not check (no usable chat "
+    "template); 2 bad arguments.",
+)
 def doctor_tokenizer(
     model: Annotated[
         str, typer.Option("--model", help="Model/tokenizer directory, or 'tiny' for the default.")
     ] = "tiny",
 ) -> None:
-    """Check that the chat template allows exact per-turn (delta) tokenization."""
-    from agentrl.rollout.consistency import check_chat_template
+    """Check how the chat template can be trained on (verdict, strategy, capabilities)."""
+    from agentrl.rollout.templates import inspect_template
 
-    report = check_chat_template(_load_tokenizer(model))
+    report = inspect_template(_load_tokenizer(model))
     console.print(report.summary(), markup=False)
-    if not report.ok:
-        raise typer.Exit(code=1)
+    raise typer.Exit(code=report.exit_code)
 
 
 @doctor_app.command("env")

@@ -85,6 +85,8 @@ def loop_config(cfg: RunConfig) -> LoopConfig:
         sampling=SamplingParams(temperature=r.temperature, top_p=r.top_p),
         tool_timeout_s=r.tool_timeout_s,
         max_tool_output_chars=r.max_tool_output_chars,
+        template_strategy=r.template_strategy,
+        inject_tools=r.inject_tools,
     )
 
 
