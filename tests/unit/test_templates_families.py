@@ -239,3 +239,26 @@ async def test_two_turn_tool_episode_is_recorded_exactly(family):
                 assert traj.rollout_logprobs[i] == fake_logprob(traj.token_ids[i], i - start)
     if loop.inject_tools:
         assert '"name": "add"' in chat.decode(prompt) and "<tools>" in chat.decode(prompt)
+
+
+async def test_as_sampled_works_for_every_family(family):
+    # Forced as_sampled (e.g. to keep earlier reasoning): the model's turns stay as sampled
+    # and each delta is exactly what the template renders for the new messages in that
+    # position, i.e. the tail of the template's rendering of the conversation so far.
+    name, tok, case = family
+    cfg = LoopConfig(
+        tool_parser=case.parser,
+        reasoning_parser=case.reasoning_parser,
+        template_strategy="as_sampled",
+    )
+    loop = AgentLoop(ScriptedLLM(_policy(tok, case)), tok, cfg)
+    traj = await loop.run(AddEnv(), {}, episode_id=name)
+    assert traj.stop_reason == StopReason.DONE, traj.error
+    assert traj.strategy == "as_sampled" and traj.sample_starts == []
+    chat = ChatTokenizer(tok, tools=[AddEnv().add.schema()], inject_tools=loop.inject_tools)
+    model = [s for s in traj.spans if s.kind == "model"]
+    between = chat.decode(traj.token_ids[model[0].end : model[1].start])
+    assert between and chat.render(traj.messages[:4], add_generation_prompt=True).endswith(between)
+    sampled = [traj.token_ids[s.start : s.end] for s in model]
+    prompt = chat.prompt_ids(traj.messages[:2])
+    assert traj.token_ids == prompt + sampled[0] + chat.encode(between) + sampled[1]
