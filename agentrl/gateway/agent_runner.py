@@ -149,8 +149,8 @@ class AgentRunner:
     async def run_episode(
         self, task: Mapping[str, Any], *, task_id: str = "0", group_id: str = "0",
         episode_id: str = "0",
-    ) -> list[Trajectory]:  # fmt: skip
-        """Runs one episode; returns one Trajectory per segment (never raises for it)."""
+    ) -> Trajectory:  # fmt: skip
+        """Runs one episode and returns its Trajectory (never raises for it)."""
         import openai
 
         session = self.gateway.open_session(episode_id)
@@ -194,17 +194,17 @@ class AgentRunner:
         finally:
             self.gateway.close_session(session)
             await client.close()
-        trajs = session.trajectories(
+        traj = session.trajectory(
             task_id=task_id, group_id=group_id, reward=reward, stop_reason=reason, error=error
         )
-        trajs[0].metrics["episode_time_s"] = time.perf_counter() - t0
+        traj.metrics["episode_time_s"] = time.perf_counter() - t0
         if session.last_api_error:
-            trajs[0].info["last_api_error"] = session.last_api_error
-        return trajs
+            traj.info["last_api_error"] = session.last_api_error
+        return traj
 
     async def _episode(
         self, task: Mapping[str, Any], task_id: str, group_id: str, k: int
-    ) -> list[Trajectory]:
+    ) -> Trajectory:
         async with self._sem:
             return await self.run_episode(
                 task, task_id=task_id, group_id=group_id, episode_id=f"{group_id}/{k}"
@@ -213,13 +213,14 @@ class AgentRunner:
     async def run_group(
         self, task: Mapping[str, Any], *, index: int, seed: int | None = 0, tag: str = ""
     ) -> list[Trajectory]:
-        """The G episodes of one task, every segment of each (segments share the group id)."""
-        group_id = f"{tag or uuid.uuid4().hex[:8]}:{index}:{_task_id(task, index)}"
+        """The G episodes of one task (a rewritten history's segments are samples of one)."""
         tid = _task_id(task, index)
-        episodes = await asyncio.gather(
-            *(self._episode(task, tid, group_id, k) for k in range(self.group_size))
+        group_id = f"{tag or uuid.uuid4().hex[:8]}:{index}:{tid}"
+        return list(
+            await asyncio.gather(
+                *(self._episode(task, tid, group_id, k) for k in range(self.group_size))
+            )
         )
-        return [t for ep in episodes for t in ep]
 
     async def run(
         self, tasks: Sequence[Mapping[str, Any]], *, seed: int | None = 0

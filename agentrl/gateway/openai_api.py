@@ -340,6 +340,7 @@ class Reply:
     prompt_tokens: int
     completion_tokens: int
     model: str
+    reasoning: str = ""
 
 
 def _usage(r: Reply) -> dict[str, int]:
@@ -376,6 +377,8 @@ def _logprobs(r: Reply) -> dict[str, Any]:
 def chat_body(r: Reply, *, logprobs: bool) -> dict[str, Any]:
     """A ``chat.completion`` object."""
     message: dict[str, Any] = {"role": "assistant", "content": r.content or None}
+    if r.reasoning:
+        message["reasoning_content"] = r.reasoning  # as vLLM's reasoning parsers answer
     if r.tool_calls:
         message["tool_calls"] = _calls(r.tool_calls)
     elif message["content"] is None:
@@ -411,6 +414,8 @@ def chat_chunks(r: Reply, *, logprobs: bool, include_usage: bool) -> Iterator[di
         return {**base, "choices": [choice]}
 
     yield chunk({"role": "assistant", "content": ""})
+    if r.reasoning:
+        yield chunk({"reasoning_content": r.reasoning})
     if r.content:
         yield chunk({"content": r.content}, logprobs=_logprobs(r) if logprobs else None)
     if r.tool_calls:

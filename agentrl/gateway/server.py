@@ -35,9 +35,8 @@ from agentrl.gateway.openai_api import (
     parse_chat_request,
     parse_completion_request,
 )
-from agentrl.gateway.session import GatewayLimits, Session
+from agentrl.gateway.session import GatewayLimits, Session, Templates
 from agentrl.llm import LLMClient
-from agentrl.tools import ToolCallParser
 from agentrl.types import StopReason
 
 __all__ = ["Gateway"]
@@ -65,7 +64,8 @@ class Gateway:
         limits: The run's limits on sampling and budgets.
         host: Interface to listen on.
         port: Port (0: a free one).
-        parser: The run's tool-call parser (default: ``limits.tool_parser``).
+        parser: A turn parser (``agentrl.tools.make_turn_parser``) instead of the one
+            ``limits`` names.
 
     Example:
         >>> async with Gateway(router, tokenizer, GatewayLimits()) as gw:  # doctest: +SKIP
@@ -81,14 +81,14 @@ class Gateway:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        parser: ToolCallParser | None = None,
+        parser: Any = None,
     ) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
         self.limits = limits or GatewayLimits()
         self.host = host
         self.port = port
-        self.parser = parser
+        self.templates = Templates(tokenizer, self.limits, parser)
         self.sessions: dict[str, Session] = {}
         self.app = self._make_app()
         self._server: Any = None
@@ -98,7 +98,7 @@ class Gateway:
 
     def open_session(self, episode_id: str) -> Session:
         """A new session for one episode; its URL token is ``session.token``."""
-        session = Session(episode_id, self.llm, self.tokenizer, self.limits, self.parser)
+        session = Session(episode_id, self.llm, self.templates, self.limits)
         session.token = uuid.uuid4().hex
         self.sessions[session.token] = session
         return session

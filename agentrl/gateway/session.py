@@ -8,31 +8,38 @@ token ids are reused as they are — earlier assistant turns are the exact
 sampled ids, never re-tokenized text — and only the new messages are rendered
 (:meth:`ChatTokenizer.delta_ids`). Anything else (an edited, truncated or
 summarized history, other tools) starts a new *segment*: its own prompt, its
-own training sample, counted in ``gateway/segments``. Text completions match
-the same way on the prompt text (or token ids).
+own training sample, counted (``gateway/rewrites``). Text completions match the
+same way on the prompt text (or token ids).
+
+With the ``per_turn`` template strategy (a template that rewrites history, see
+``agentrl doctor tokenizer``) every request is its own sample, prompted exactly
+as the template renders its messages; that is not counted as a rewrite.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.gateway.openai_api import ApiError, ChatRequest, CompletionRequest, Reply, Sampling
+from agentrl.gateway.record import Segment, to_trajectory
 from agentrl.llm import Generation, LLMClient, LLMError, SamplingParams
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
-from agentrl.tools import ToolCallParser, get_parser
-from agentrl.types import Message, StopReason, ToolCall, Trajectory, TurnSpan
+from agentrl.tools import make_turn_parser
+from agentrl.types import Message, StopReason, ToolCall, Trajectory
 
-__all__ = ["GatewayLimits", "Segment", "Session"]
+__all__ = ["GatewayLimits", "Session", "Templates"]
 
 
 @dataclass(frozen=True)
 class GatewayLimits:
-    """The run's limits on what an agent may ask for.
+    """The run's limits on what an agent may ask for, and how its model is rendered.
 
     Attributes:
         max_turns: Most model calls per episode; later calls get a ``length`` finish.
@@ -41,7 +48,11 @@ class GatewayLimits:
             ``max_tokens`` may only lower it).
         max_temperature: An agent's temperature above this is lowered to it.
         sampling: Defaults for what the agent does not send.
-        tool_parser: Name of the run's tool-call parser.
+        tool_parser: The run's tool-call parser (``agentrl.tools.make_tool_parser``).
+        reasoning_parser: The run's reasoning parser (None: none).
+        strategy: "as_sampled" or "per_turn" (the template strategy of the run).
+        inject_tools: Tool schemas and calls in the Hermes format, for a template
+            that drops them (as the AgentLoop does).
         model_name: The model id ``GET /v1/models`` lists (any ``model`` is accepted).
     """
 
@@ -51,56 +62,53 @@ class GatewayLimits:
     max_temperature: float = 2.0
     sampling: SamplingParams = field(default_factory=SamplingParams)
     tool_parser: str = "hermes"
+    reasoning_parser: str | None = None
+    strategy: str = "as_sampled"
+    inject_tools: bool = False
     model_name: str = "agentrl-policy"
 
 
-@dataclass
-class Segment:
-    """One contiguous token history: a training sample.
+class Templates:
+    """One ChatTokenizer per tool set, shared by every session (building one probes the
+    template), and the run's turn parser.
 
-    Attributes:
-        kind: "chat" or "text" (``/v1/completions``).
-        tools_key: Canonical JSON of the tools rendered into its prompt.
-        chat: Renders the template with those tools.
-        messages: Chat: the recorded conversation (requests' messages, replies).
-        text: Text: the prompt text so far and the replies.
+    Args:
+        tokenizer: The policy's tokenizer.
+        limits: Parser names and the tools fallback.
+        parser: A turn parser to use instead of the one ``limits`` names.
+        size: Most tool sets kept.
     """
 
-    kind: str
-    tools_key: str = "[]"
-    chat: ChatTokenizer | None = None
-    messages: list[Message] = field(default_factory=list)
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    spans: list[TurnSpan] = field(default_factory=list)
-    prompt_length: int = 0
-    turns: int = 0
-
-    def add(self, ids: Sequence[int], kind: str) -> None:
-        """Appends tokens the model did not sample (loss mask 0)."""
-        if not ids:
-            return
-        start = len(self.token_ids)
-        self.token_ids.extend(ids)
-        self.loss_mask.extend([0] * len(ids))
-        self.logprobs.extend([0.0] * len(ids))
-        self.versions.extend([-1] * len(ids))
-        self.spans.append(TurnSpan(start, len(self.token_ids), kind))
-
-    def add_model(
-        self, ids: Sequence[int], logprobs: Sequence[float], versions: Sequence[int]
+    def __init__(
+        self, tokenizer: Any, limits: GatewayLimits, parser: Any = None, size: int = 64
     ) -> None:
-        """Appends sampled tokens with their logprobs and weight versions."""
-        start = len(self.token_ids)
-        self.token_ids.extend(ids)
-        self.loss_mask.extend([1] * len(ids))
-        self.logprobs.extend(logprobs)
-        self.versions.extend(versions)
-        self.spans.append(TurnSpan(start, len(self.token_ids), "model"))
-        self.turns += 1
+        self.tokenizer = tokenizer
+        self.inject_tools = limits.inject_tools
+        self.parser = parser or make_turn_parser(
+            limits.tool_parser, limits.reasoning_parser, tokenizer
+        )
+        self.size = size
+        self._chats: OrderedDict[str, ChatTokenizer] = OrderedDict()
+
+    def chat(self, tools: list[dict[str, Any]], key: str) -> ChatTokenizer:
+        """The ChatTokenizer rendering ``tools`` (``key``: their canonical JSON)."""
+        if key in self._chats:
+            self._chats.move_to_end(key)
+            return self._chats[key]
+        try:
+            chat = ChatTokenizer(self.tokenizer, tools=tools, inject_tools=self.inject_tools)
+        except TemplateError as e:
+            raise ApiError(400, f"cannot render these tools: {e}", param="tools") from e
+        self._chats[key] = chat
+        if len(self._chats) > self.size:
+            self._chats.popitem(last=False)
+        return chat
+
+    def parse(self, text: str, tools: list[dict[str, Any]]) -> Any:
+        """The turn parser's output for ``text`` with ``tools``."""
+        bind = getattr(self.parser, "with_tools", None)
+        parser = bind(tools) if callable(bind) else self.parser
+        return parser.parse(text)
 
 
 def _canon(obj: Any) -> str:
@@ -134,30 +142,26 @@ def _cut_at_stop(
     return None
 
 
+_DEFAULT_ID = re.compile(r"call_\d+")
+
+
 class Session:
     """The gateway's record of one episode.
 
     Args:
         episode_id: Also the router's session id (one server per episode).
         llm: Where generations come from.
-        tokenizer: The policy's tokenizer (with its chat template).
+        templates: The run's shared templates and turn parser.
         limits: The run's limits.
-        parser: The run's tool-call parser (default: ``get_parser(limits.tool_parser)``).
     """
 
     def __init__(
-        self,
-        episode_id: str,
-        llm: LLMClient,
-        tokenizer: Any,
-        limits: GatewayLimits,
-        parser: ToolCallParser | None = None,
+        self, episode_id: str, llm: LLMClient, templates: Templates, limits: GatewayLimits
     ) -> None:
         self.episode_id = episode_id
         self.llm = llm
-        self.tokenizer = tokenizer
+        self.templates = templates
         self.limits = limits
-        self.parser = parser or get_parser(limits.tool_parser)
         self.segments: list[Segment] = []
         self.turns = 0
         self.stop_reason: StopReason | None = None
@@ -168,7 +172,6 @@ class Session:
         self.token = ""
         self.last_api_error: str | None = None
         self._lock = asyncio.Lock()
-        self._chats: dict[str, ChatTokenizer] = {}
         self._inflight: set[asyncio.Future[Generation]] = set()
 
     # ------------------------------------------------------------------ helpers
@@ -177,20 +180,16 @@ class Session:
         """Adds ``n`` to the episode metric ``key``."""
         self.metrics[key] = self.metrics.get(key, 0.0) + n
 
-    def _chat(self, tools: list[dict[str, Any]], key: str) -> ChatTokenizer:
-        if key not in self._chats:
-            try:
-                self._chats[key] = ChatTokenizer(self.tokenizer, tools=tools)
-            except TemplateError as e:
-                raise ApiError(400, f"cannot render these tools: {e}", param="tools") from e
-        return self._chats[key]
-
     def end(self, reason: StopReason, error: str | None = None) -> None:
         """Records why the episode ends (the first reason wins)."""
         if self.stop_reason is None:
             self.stop_reason, self.error = reason, error
 
-    def _params(self, s: Sampling, context: int) -> SamplingParams | None:
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ApiError(404, f"session {self.episode_id!r} ended", code="session_ended")
+
+    def _params(self, s: Sampling, context: int, chat: ChatTokenizer) -> SamplingParams | None:
         """Sampling parameters within the run's limits; None when the budget is spent."""
         lim = self.limits
         if self.turns >= lim.max_turns:
@@ -200,7 +199,6 @@ class Session:
         if room <= 0:
             self.end(StopReason.MAX_TOKENS)
             return None
-        max_tokens = room if s.max_tokens is None else min(s.max_tokens, room)
         temperature = lim.sampling.temperature if s.temperature is None else s.temperature
         if temperature > lim.max_temperature:
             temperature = lim.max_temperature
@@ -208,12 +206,17 @@ class Session:
                 self.count("gateway/clamped_params")
         if s.max_tokens is not None and s.max_tokens > lim.max_tokens_per_turn:
             self.count("gateway/clamped_params")
+        stops = lim.sampling.stop_token_ids
+        extra = tuple(i for i in chat.eot_ids if i not in stops)
+        if extra and extra != (self.templates.tokenizer.eos_token_id,):
+            stops = (*stops, *extra)  # families that end a turn on more than eos
         return replace(
             lim.sampling,
-            max_tokens=max_tokens,
+            max_tokens=room if s.max_tokens is None else min(s.max_tokens, room),
             temperature=temperature,
             top_p=lim.sampling.top_p if s.top_p is None else s.top_p,
             seed=lim.sampling.seed if s.seed is None else s.seed,
+            stop_token_ids=stops,
         )
 
     def _length_reply(self, context: int) -> Reply:
@@ -228,9 +231,7 @@ class Session:
             gen = await fut
         except asyncio.CancelledError:
             if fut.cancelled() and self.closed:
-                raise ApiError(
-                    404, f"session {self.episode_id!r} ended", code="session_ended"
-                ) from None
+                self._check_open()
             raise
         except LLMError as e:
             self.end(StopReason.LLM_ERROR, str(e))
@@ -247,16 +248,16 @@ class Session:
             )
             self.end(StopReason.LLM_ERROR, msg)
             raise ApiError(503, f"inference failed: {msg}", code="llm_error")
-        if self.closed:
-            raise ApiError(404, f"session {self.episode_id!r} ended", code="session_ended")
+        self._check_open()
         return replace(gen, weight_versions=list(versions))
 
+    @staticmethod
     def _sampled(
-        self, chat: ChatTokenizer, gen: Generation, stops: Sequence[str]
+        chat: ChatTokenizer, gen: Generation, stops: Sequence[str]
     ) -> tuple[Generation, str, str]:
         """The kept tokens (cut after a stop string), their text and the finish reason."""
         ids = list(gen.token_ids)
-        body = ids[:-1] if ids and ids[-1] == chat.eot_id else ids
+        body = ids[:-1] if ids and ids[-1] in chat.eot_ids else ids
         cut = _cut_at_stop(chat, body, stops)
         if cut is not None:
             k, text = cut
@@ -268,112 +269,125 @@ class Session:
         return gen, chat.decode(body), "length" if gen.finish_reason == "length" else "stop"
 
     def _reply(
-        self, gen: Generation, content: str, calls: tuple[ToolCall, ...], finish: str, context: int
-    ) -> Reply:
-        tokens = [str(t) for t in self.tokenizer.convert_ids_to_tokens(list(gen.token_ids))]
+        self, gen: Generation, content: str, calls: tuple[ToolCall, ...], finish: str,
+        context: int, reasoning: str = "",
+    ) -> Reply:  # fmt: skip
+        tok = self.templates.tokenizer
+        tokens = [str(t) for t in tok.convert_ids_to_tokens(list(gen.token_ids))]
         return Reply(
             content, calls, finish, tokens, list(gen.logprobs), context, len(gen.token_ids),
-            self.limits.model_name,
+            self.limits.model_name, reasoning,
         )  # fmt: skip
 
+    def _new_segment(self, seg: Segment) -> None:
+        if self.segments and self.limits.strategy != "per_turn":
+            seg.rewrite = True
+            self.count("gateway/rewrites")
+        self.segments.append(seg)
+
     # ------------------------------------------------------------------ requests
+
+    def _extend(self, req: ChatRequest, key: str) -> tuple[Segment, list[int], list[int]] | None:
+        """(segment, closing ids, delta ids) when ``req`` extends the current segment."""
+        cur = self.segments[-1] if self.segments else None
+        if (
+            cur is None
+            or cur.kind != "chat"
+            or cur.chat is None
+            or cur.tools_key != key
+            or self.limits.strategy == "per_turn"
+            or not _extends(cur.messages, req.messages)
+        ):
+            return None
+        chat = cur.chat
+        new = list(req.messages[len(cur.messages) :])
+        # A turn that ended without its end-of-turn token (stop string, length) is closed
+        # as the template would, with a token the model did not sample.
+        close = [] if cur.token_ids[-1] in chat.eot_ids else [chat.eot_id]
+        try:
+            delta = chat.delta_ids(new, after=cur.messages[-1])
+        except TemplateError:
+            return None  # cannot extend exactly: a counted new segment instead
+        return cur, close, delta
 
     async def chat(self, req: ChatRequest) -> Reply:
         """Answers one chat request, recording its tokens exactly."""
         async with self._lock:
-            if self.closed:
-                raise ApiError(404, f"session {self.episode_id!r} ended", code="session_ended")
-            tools_key = _canon(req.tools)
-            cur = self.segments[-1] if self.segments else None
-            new: list[Message] = []
-            context: list[int]
-            if (
-                cur is not None
-                and cur.kind == "chat"
-                and cur.chat is not None
-                and cur.tools_key == tools_key
-                and _extends(cur.messages, req.messages)
-            ):
-                chat = cur.chat
-                new = list(req.messages[len(cur.messages) :])
-                # A turn that ended without its end-of-turn token (stop string, length) is
-                # closed as the template would, with a token the model did not sample.
-                close = [] if cur.token_ids[-1] == chat.eot_id else [chat.eot_id]
-                try:
-                    delta = chat.delta_ids(new)
-                except TemplateError:
-                    cur = None  # cannot extend exactly: a counted new segment instead
-                else:
-                    context = [*cur.token_ids, *close, *delta]
+            self._check_open()
+            key = _canon(req.tools)
+            ext = self._extend(req, key)
+            if ext is not None:
+                cur, close, delta = ext
+                assert cur.chat is not None
+                chat, context = cur.chat, [*cur.token_ids, *close, *delta]
             else:
-                cur = None
-            if cur is None:
-                chat = self._chat(req.tools, tools_key)
+                chat = self.templates.chat(req.tools, key)
                 try:
-                    prompt = chat.prompt_ids(req.messages)
-                except Exception as e:  # the template refuses this conversation
+                    context = chat.prompt_ids(req.messages)
+                except TemplateError as e:
                     raise ApiError(
-                        400,
-                        f"the chat template cannot render these messages: {e}",
+                        400, f"the chat template cannot render these messages: {e}",
                         param="messages",
-                    ) from e
-                context = prompt
-            params = self._params(req.sampling, len(context))
+                    ) from e  # fmt: skip
+            params = self._params(req.sampling, len(context), chat)
             if params is None:
                 return self._length_reply(len(context))
             gen = await self._generate(context, params)
             gen, text, finish = self._sampled(chat, gen, req.sampling.stop)
 
-            if cur is None:
-                if self.segments:
-                    self.count("gateway/rewrites")
-                seg = Segment("chat", tools_key, chat, list(req.messages))
-                seg.add(prompt, "prompt")
-                seg.prompt_length = len(prompt)
-                self.segments.append(seg)
+            if ext is None:
+                seg = Segment("chat", key, chat, list(req.messages))
+                seg.add(context, "prompt")
+                seg.prompt_length = len(context)
+                self._new_segment(seg)
             else:
                 seg = cur
                 seg.add(close, "observation")
                 seg.add(delta, "observation")
-                seg.messages.extend(new)
+                seg.messages.extend(req.messages[len(seg.messages) :])
             seg.add_model(gen.token_ids, gen.logprobs, gen.weight_versions)
             self.turns += 1
 
-            content = text
+            content, reasoning = text, ""
             calls: tuple[ToolCall, ...] = ()
-            if req.tools and req.tool_choice != "none" and finish != "length":
-                parsed = self.parser.parse(text)
-                calls = tuple(
-                    replace(c, id=f"call_{self.turns}_{i}") for i, c in enumerate(parsed.tool_calls)
-                )
-                if parsed.errors:
-                    self.count("gateway/tool_parse_errors", len(parsed.errors))
-                else:
+            use_tools = bool(req.tools) and req.tool_choice != "none"
+            if finish != "length":
+                parsed = self.templates.parse(text, req.tools if use_tools else [])
+                reasoning = parsed.reasoning
+                if use_tools:
+                    calls = tuple(
+                        replace(c, id=f"call_{self.turns}_{i}")
+                        if not c.id or _DEFAULT_ID.fullmatch(c.id)
+                        else c  # a family's native ids (Mistral, Kimi) are kept
+                        for i, c in enumerate(parsed.tool_calls)
+                    )
+                    if parsed.errors:  # the agent sees what the model wrote
+                        self.count("gateway/tool_parse_errors", len(parsed.errors))
+                    else:
+                        content = parsed.content
+                elif reasoning:
                     content = parsed.content
             if calls:
                 finish = "tool_calls"
-            assistant = Message.assistant(content, calls)
-            seg.messages.append(assistant)
-            reply_dict: dict[str, Any] = {"role": "assistant", "content": content}
+            seg.messages.append(Message("assistant", content, calls, reasoning=reasoning))
+            reply: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
-                reply_dict["tool_calls"] = [
+                reply["tool_calls"] = [
                     {"id": c.id, "type": "function",
                      "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                     for c in calls
                 ]  # fmt: skip
-            self.conversation = [*req.raw_messages, reply_dict]
-            return self._reply(gen, content, calls, finish, len(context))
+            self.conversation = [*req.raw_messages, reply]
+            return self._reply(gen, content, calls, finish, len(context), reasoning)
 
     async def complete(self, req: CompletionRequest) -> Reply:
         """Answers one text-completion request, recording its tokens exactly."""
         async with self._lock:
-            if self.closed:
-                raise ApiError(404, f"session {self.episode_id!r} ended", code="session_ended")
-            chat = self._chat([], "[]")
+            self._check_open()
+            chat = self.templates.chat([], "[]")
             cur = self.segments[-1] if self.segments else None
             if cur is not None and cur.kind != "text":
                 cur = None
-            delta: list[int] = []
             prompt = req.prompt
             if isinstance(prompt, str):
                 if cur is not None and prompt.startswith(cur.text):
@@ -385,23 +399,20 @@ class Session:
             else:
                 cur, delta = None, list(prompt)
             context = [*(cur.token_ids if cur else []), *delta]
-            params = self._params(req.sampling, len(context))
+            params = self._params(req.sampling, len(context), chat)
             if params is None:
                 return self._length_reply(len(context))
             gen = await self._generate(context, params)
             gen, text, finish = self._sampled(chat, gen, req.sampling.stop)
+            prompt_text = prompt if isinstance(prompt, str) else chat.decode(prompt)
             if cur is None:
-                if self.segments:
-                    self.count("gateway/rewrites")
-                cur = Segment(
-                    "text", text=prompt if isinstance(prompt, str) else chat.decode(prompt)
-                )
+                cur = Segment("text", text=prompt_text)
                 cur.add(delta, "prompt")
                 cur.prompt_length = len(delta)
-                self.segments.append(cur)
+                self._new_segment(cur)
             else:
                 cur.add(delta, "observation")
-                cur.text = prompt if isinstance(prompt, str) else chat.decode(prompt)
+                cur.text = prompt_text
             cur.add_model(gen.token_ids, gen.logprobs, gen.weight_versions)
             cur.text += text
             self.turns += 1
@@ -414,50 +425,13 @@ class Session:
         for fut in list(self._inflight):
             fut.cancel()
 
-    # ------------------------------------------------------------------ records
-
-    def trajectories(
-        self,
-        *,
-        task_id: str,
-        group_id: str,
-        reward: float,
-        stop_reason: StopReason,
+    def trajectory(
+        self, *, task_id: str, group_id: str, reward: float, stop_reason: StopReason,
         error: str | None = None,
-    ) -> list[Trajectory]:
-        """One Trajectory per segment (at least one), linked by ``info["episode_id"]``.
-
-        Every segment carries the episode's reward (on its last model turn) and
-        stop reason; episode-wide metrics sit on the first.
-        """
-        segs = [s for s in self.segments if s.token_ids] or [Segment("chat")]
-        out = []
-        for i, s in enumerate(segs):
-            eid = self.episode_id if i == 0 else f"{self.episode_id}#{i}"
-            spans = [replace(sp) for sp in s.spans]
-            model = [sp for sp in spans if sp.kind == "model"]
-            if model:
-                model[-1].reward = reward
-            metrics = dict(self.metrics) if i == 0 else {}
-            metrics["gateway/segments"] = 1.0
-            t = Trajectory(
-                task_id=task_id,
-                group_id=group_id,
-                episode_id=eid,
-                token_ids=list(s.token_ids),
-                loss_mask=list(s.loss_mask),
-                rollout_logprobs=list(s.logprobs),
-                weight_versions=list(s.versions),
-                prompt_length=s.prompt_length,
-                spans=spans,
-                reward=reward,
-                stop_reason=stop_reason,
-                messages=list(s.messages) if s.kind == "chat" else [Message.user(s.text)],
-                num_turns=s.turns,
-                metrics=metrics,
-                info={"episode_id": self.episode_id, "segment": i, "segments": len(segs)},
-                error=error,
-            )
-            t.validate()
-            out.append(t)
-        return out
+    ) -> Trajectory:  # fmt: skip
+        """The episode's Trajectory: each segment one sample (see :mod:`agentrl.gateway.record`)."""
+        return to_trajectory(
+            self.segments, task_id=task_id, group_id=group_id, episode_id=self.episode_id,
+            reward=reward, stop_reason=stop_reason, error=error, metrics=self.metrics,
+            strategy=self.limits.strategy,
+        )  # fmt: skip

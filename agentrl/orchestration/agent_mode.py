@@ -18,8 +18,7 @@ from agentrl.gateway.session import GatewayLimits
 from agentrl.llm import LLMClient
 from agentrl.orchestration.evaluate import eval_metrics
 from agentrl.orchestration.startup import ComponentError, loop_config
-from agentrl.rollout.runner import summarize
-from agentrl.tools import ToolCallParser
+from agentrl.rollout import AgentLoop
 
 __all__ = [
     "check_agent",
@@ -27,29 +26,36 @@ __all__ = [
     "gateway_limits",
     "make_agent_runner",
     "open_gateway",
-    "tool_parser",
 ]
 
 
-def gateway_limits(cfg: RunConfig, *, max_temperature: float | None = None) -> GatewayLimits:
-    """The run's limits as the gateway applies them to an agent's requests."""
+class _NoLLM:
+    async def generate(self, *a: Any, **k: Any) -> Any:
+        raise RuntimeError("not for generation")
+
+
+def gateway_limits(
+    cfg: RunConfig, tokenizer: Any, *, max_temperature: float | None = None
+) -> tuple[GatewayLimits, Any]:
+    """The run's limits as the gateway applies them, and the run's turn parser.
+
+    The chat template is inspected as for the AgentLoop (same strategy, same tools
+    fallback, same parsers), so an agent's episodes are tokenized like an env's.
+    """
     lc = loop_config(cfg)
-    return GatewayLimits(
+    loop = AgentLoop(_NoLLM(), tokenizer, lc)
+    limits = GatewayLimits(
         max_turns=lc.max_turns,
         max_total_tokens=lc.max_total_tokens,
         max_tokens_per_turn=lc.max_tokens_per_turn,
         max_temperature=cfg.agent.max_temperature if max_temperature is None else max_temperature,
         sampling=lc.sampling,
         tool_parser=lc.tool_parser,
+        reasoning_parser=lc.reasoning_parser,
+        strategy=loop.strategy,
+        inject_tools=loop.inject_tools,
     )
-
-
-def tool_parser(name: str, tokenizer: Any) -> ToolCallParser:
-    """The run's tool-call parser (vLLM-backed names need the tokenizer when available)."""
-    from agentrl.tools import parsers
-
-    make = getattr(parsers, "make_tool_parser", None)
-    return make(name, tokenizer) if make is not None else parsers.get_parser(name)
+    return limits, loop.parser
 
 
 def check_agent(cfg: RunConfig) -> None:
@@ -75,11 +81,8 @@ async def open_gateway(
     cfg: RunConfig, llm: LLMClient, tokenizer: Any, *, max_temperature: float | None = None
 ) -> Gateway:
     """A started gateway in front of ``llm`` with the run's limits."""
-    limits = gateway_limits(cfg, max_temperature=max_temperature)
-    gw = Gateway(
-        llm, tokenizer, limits, host=cfg.agent.host, port=cfg.agent.port,
-        parser=tool_parser(limits.tool_parser, tokenizer),
-    )  # fmt: skip
+    limits, parser = gateway_limits(cfg, tokenizer, max_temperature=max_temperature)
+    gw = Gateway(llm, tokenizer, limits, host=cfg.agent.host, port=cfg.agent.port, parser=parser)
     return await gw.start()
 
 
@@ -111,7 +114,6 @@ async def evaluate_agent(
         result = await runner.run(tasks, seed=12345)
     finally:
         await gw.close()
-    firsts = [[t for t in g if t.info.get("segment", 0) == 0] for g in result.groups]
     return eval_metrics(
-        summarize(firsts), k=cfg.eval.samples_per_task, success_threshold=cfg.eval.success_threshold
+        result, k=cfg.eval.samples_per_task, success_threshold=cfg.eval.success_threshold
     )

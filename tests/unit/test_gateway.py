@@ -98,9 +98,7 @@ async def test_tool_call_round_trip_records_the_template_tokens_exactly(tokenize
         assert r2.choices[0].message.content == "The answer is \\boxed{4}"
         msgs.append({"role": "assistant", "content": r2.choices[0].message.content})
 
-        [traj] = session.trajectories(
-            task_id="t", group_id="g", reward=1.0, stop_reason=StopReason.DONE
-        )
+        traj = session.trajectory(task_id="t", group_id="g", reward=1.0, stop_reason="done")
     # The second prompt is the first one, the sampled ids, then only the tool delta.
     first, second = rec.prompts
     sampled = traj.token_ids[len(first) : len(first) + traj.spans[1].end - traj.spans[1].start]
@@ -182,18 +180,21 @@ async def test_rewritten_history_starts_a_counted_new_segment(tokenizer):
         await client.chat.completions.create(model="m", messages=msgs)  # extends: same segment
         summary = [msgs[0], {"role": "user", "content": "summary of earlier turns; third"}]
         await client.chat.completions.create(model="m", messages=summary)  # rewrite
-        trajs = session.trajectories(task_id="t", group_id="g", reward=0.5, stop_reason="done")
-    assert len(trajs) == 2
-    assert [t.num_turns for t in trajs] == [2, 1]
-    assert trajs[0].metrics["gateway/rewrites"] == 1.0
-    assert all(t.metrics["gateway/segments"] == 1.0 for t in trajs)
-    assert {t.info["episode_id"] for t in trajs} == {"ep-0"} and trajs[1].episode_id == "ep-0#1"
-    assert all(t.group_id == "g" and t.reward == 0.5 for t in trajs)
+        traj = session.trajectory(task_id="t", group_id="g", reward=0.5, stop_reason="done")
+    first = session.segments[0]
+    # One episode, one Trajectory: the segments are its samples (positions restart at each).
+    assert traj.sample_starts == [0, len(first.token_ids)]
+    assert traj.metrics["gateway/segments"] == 2.0 and traj.metrics["gateway/rewrites"] == 1.0
+    assert traj.num_turns == 3 and traj.reward == 0.5 and traj.group_id == "g"
+    assert traj.position_ids()[len(first.token_ids)] == 0
     # The new segment is the fresh rendering of the rewritten messages, not a continuation.
     assert rec.prompts[2] == render(tokenizer, summary) + tokenizer.encode(
         "<|im_start|>assistant\n", add_special_tokens=False
     )
-    assert trajs[1].token_ids[: len(rec.prompts[2])] == rec.prompts[2]
+    assert traj.token_ids[len(first.token_ids) :][: len(rec.prompts[2])] == rec.prompts[2]
+    assert traj.token_ids[: len(first.token_ids)] == first.token_ids  # kept as it was
+    assert [m.content for m in traj.messages][:2] == ["Be brief.", summary[1]["content"]]
+    assert len(traj.info["segment_messages"]) == 1
 
 
 async def test_edited_assistant_message_is_a_rewrite(tokenizer):
