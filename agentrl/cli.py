@@ -142,6 +142,8 @@ def train_cmd(
         console.print(
             f"held-out success: {b:.3f} → {a:.3f} ({a - b:+.3f}) after {result.steps_done} steps"
         )
+    if result.early_stop:
+        console.print(f"stopped early: {result.early_stop}", markup=False)
     console.print(f"run directory: {result.run_dir}")
 
 
@@ -244,6 +246,79 @@ def doctor_config(
     except ConfigError as e:
         raise _fail(str(e)) from e
     console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), markup=False)
+
+
+@doctor_app.command("run")
+def doctor_run(
+    run_dir: Annotated[str, typer.Argument(help="A run directory (with metrics.jsonl).")],
+) -> None:
+    """Red flags of a run's dashboard, each with the step it began, failure mode and levers.
+
+    Exit code 1 when there is a red flag, 0 when there is none.
+    """
+    from agentrl.logging.doctor import diagnose, read_metrics
+
+    try:
+        rows = read_metrics(run_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise _fail(str(e)) from e
+    flags = diagnose(rows)
+    steps = sum(1 for r in rows if r.get("kind", "train") == "train")
+    for f in flags:
+        console.print(f.render(), markup=False)
+    console.print(f"{run_dir}: {steps} steps, {len(flags)} red flag(s)", markup=False)
+    if flags:
+        raise typer.Exit(code=1)
+
+
+@doctor_app.command("reward")
+def doctor_reward(
+    env: Annotated[str, typer.Option("--env", help="Env name, pkg.module:Class or file.py:Class.")],
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="Task file (default: the env's own tasks).")
+    ] = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Tasks to probe.")] = 3,
+    answer_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="How an answer is written, with ANSWER in it, e.g. '\\boxed{ANSWER}' for retool.",
+        ),
+    ] = "ANSWER",
+    env_kwargs: Annotated[
+        str, typer.Option("--env-kwargs", help="JSON object of env constructor arguments.")
+    ] = "{}",
+) -> None:
+    """Pre-flight check of an env's scorer: what do an empty, a one-token, a format-only and
+    a correct answer (alone and buried in padding) score? Exit code 1 on a red flag."""
+    import asyncio
+    import json
+
+    from agentrl.data import read_rows
+    from agentrl.env_registry import EnvNotFoundError, InvalidEnvError, resolve_env
+    from agentrl.testing.reward_probe import probe_reward
+
+    try:
+        cls = resolve_env(env)
+        kwargs = json.loads(env_kwargs)
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--env-kwargs must be a JSON object, got {env_kwargs!r}")
+        if tasks:
+            loader = getattr(cls, "load_tasks", None)
+            rows = list(loader(tasks) if loader else [r for _, r in read_rows(tasks)])
+        elif getattr(cls, "default_tasks", None) is not None:
+            rows = list(cls.default_tasks(split="test", n=n, seed=0))  # type: ignore[attr-defined]
+        elif hasattr(cls, "example_task"):
+            rows = [cls(**kwargs).example_task()]  # type: ignore[attr-defined]
+        else:
+            raise ValueError(f"env {env!r} has no built-in tasks: give --tasks FILE")
+        report = asyncio.run(probe_reward(cls, rows[:n], env_kwargs=kwargs,
+                                          answer_format=answer_format))  # fmt: skip
+    except (EnvNotFoundError, InvalidEnvError, ValueError, OSError) as e:
+        raise _fail(str(e)) from e
+    console.print(report.summary(), markup=False)
+    if report.flags:
+        raise typer.Exit(code=1)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentrl.logging.early_stop import parse_rule
 from agentrl.orchestration.ray_config import RayConfig
 from agentrl.trainer.config import TrainerConfig
 
@@ -227,6 +228,20 @@ class RunConfig(_Strict):
         description="Ray cluster placement of servers, rollout workers and trainer workers "
         "(address None: no Ray, one process).",
     )
+    early_stop: list[str] = Field(
+        default_factory=list,
+        description="Rules that stop the run (checkpoint, final eval, reason in summary.json), "
+        "'METRIC OP VALUE [for N steps]', e.g. 'kl > 2 for 20 steps', 'entropy < 0.05 for 10 "
+        "steps'; METRIC a metrics.jsonl key or kl, entropy, reward, grad_norm, truncated, "
+        "length, zero_std, value_loss, is_ratio.",
+    )
+
+    @field_validator("early_stop")
+    @classmethod
+    def _early_stop_rules_parse(cls, value: list[str]) -> list[str]:
+        for rule in value:
+            parse_rule(rule)  # a bad rule is a config error before anything starts
+        return value
 
     @field_validator("trainer", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agentrl.config import RunConfig, load_config
 from agentrl.inference.weight_sync import PauseMode
 from agentrl.llm import LLMClient
+from agentrl.logging.early_stop import RunWatch
 from agentrl.logging.progress import ProgressLog, plot_curve
 from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.driver import Driver, GroupRunner
@@ -50,6 +51,7 @@ class RunResult:
     eval_before: dict[str, float]
     eval_after: dict[str, float]
     interrupted: bool = False
+    early_stop: str | None = None
 
 
 def _checkpoint(trainer: Any, run: RunDir, driver: Driver, extra: dict[str, Any]) -> Path:
@@ -108,18 +110,21 @@ async def drive(
         await sync(await asyncio.to_thread(trainer.state_dict_for_inference), "wait")
         say(f"resumed at step {driver.step}")
 
+    watch = RunWatch(cfg.early_stop, say)  # live red flags (agentrl doctor run) + early_stop
+
     async def run_eval(step: int) -> dict[str, float]:
         res = await _evaluate(prep, llm)
         run.log(step, res, kind="eval")
         progress.eval(step, res)
         say(f"eval @ step {step}: success {res['success']:.3f}")
+        watch.eval(step, res)
         return res
 
     progress = ProgressLog(
         cfg.steps, run.path, wandb_mode=cfg.wandb, config=cfg.model_dump(mode="json")
     )
     try:
-        return await _loop(prep, driver, trainer, run_eval, progress, resume, say, on_step)
+        return await _loop(prep, driver, trainer, run_eval, progress, resume, say, on_step, watch)
     finally:
         progress.close()
         if any(True for _ in run.metrics()):
@@ -135,6 +140,7 @@ async def _loop(
     resume: bool,
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None,
+    watch: RunWatch,
 ) -> RunResult:
     cfg, run, stop = prep.cfg, prep.run, driver.stop
     before = await run_eval(driver.step) if not resume else {}
@@ -148,11 +154,13 @@ async def _loop(
             run.save_trajectories(out.step, out.trajectories)
             if on_step:
                 on_step(out.step, out.metrics)
+            if watch.step(out.step, out.metrics):  # an early_stop rule holds: end after this step
+                stop.set()
             if out.step % cfg.save_every == 0:
                 await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
             if cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps:
                 await run_eval(out.step)
-        interrupted = stop.is_set()
+        interrupted = stop.is_set() and watch.reason is None
     except Exception as e:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(_checkpoint, trainer, run, driver, {"crashed": repr(e)})
@@ -164,16 +172,17 @@ async def _loop(
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
-    await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
+    stopped = {"early_stop": watch.reason} if watch.reason else {}
+    await asyncio.to_thread(_checkpoint, trainer, run, driver, stopped)
     if interrupted:
         say(f"interrupted: checkpoint saved; continue with --resume {run.path}")
         return RunResult(run.path, driver.step, before, {}, interrupted=True)
     after = await run_eval(driver.step)
     await asyncio.to_thread(trainer.save_hf, run.final_model)
     (run.path / "summary.json").write_text(
-        json.dumps({"eval_before": before, "eval_after": after, "steps": driver.step})
+        json.dumps({"eval_before": before, "eval_after": after, "steps": driver.step, **stopped})
     )
-    return RunResult(run.path, driver.step, before, after)
+    return RunResult(run.path, driver.step, before, after, early_stop=watch.reason)
 
 
 async def train(
