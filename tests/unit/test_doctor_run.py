@@ -117,3 +117,19 @@ def test_live_doctor_reports_each_flag_once() -> None:
         said += [(r["step"], f.name) for f in feed(r["step"], m)]
     # KL > 2 for 2 steps: visible at step 21, begins at 20; printed once.
     assert said == [(21, "kl_high")]
+
+
+def test_the_dashboard_reads_keys_the_trainer_writes() -> None:
+    # Every key a rule reads is written by a real Trainer step (tiny model, GAE critic and a
+    # reference model so value loss and KL exist): a renamed metric would blind the doctor.
+    from agentrl.trainer import Trainer, TrainerConfig
+    from tests.unit.test_trainer_fixtures import random_batch, tiny_lm
+
+    cfg = TrainerConfig(advantage={"estimator": "gae"}, kl={"coef": 0.1})
+    m = Trainer(cfg, tiny_lm()).step(random_batch(4, group_size=2))
+    read = [
+        "reward/mean", "reward/zero_std_group_frac", "kl/ref_kl", "actor/entropy",
+        "actor/clip_low_frac", "actor/clip_high_frac", "response/truncated_frac",
+        "actor/grad_norm_max", "loss/value", "offpolicy/rho_mean",
+    ]  # fmt: skip
+    assert [k for k in read if k not in m] == []
