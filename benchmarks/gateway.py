@@ -1,0 +1,167 @@
+"""Throughput of the gateway path (an ``openai``-client agent) vs the native AgentLoop.
+
+The same episodes both ways: a user message, then ``turns`` model turns, each
+followed by a "go on" user message. The native path runs them as an Env through
+the AgentLoop; the gateway path runs them as ``solve(task, client)`` with the real
+``openai.AsyncOpenAI`` client over real HTTP on 127.0.0.1 through the gateway.
+Both talk to the same LLM:
+
+* scripted: the in-process scripted policy, answering after ``--latency-ms`` (a
+  stand-in for a server's generation time; 0 measures pure framework overhead);
+* vLLM (``--vllm URL``): a real server, e.g. one started by ``make serve-tiny``.
+
+Each regime runs ``--episodes`` episodes with up to ``--concurrency`` in flight (256
+sessions held at once by default) and prints episodes/s of each path and their
+ratio (target: gateway/native ≥ 0.9), plus the most sessions the gateway held.
+Run: ``python -m benchmarks.gateway [--episodes 256 --turns 4 --latency-ms 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl import Env, Message, StepResult
+from agentrl.gateway import AgentRunner, Gateway, GatewayLimits
+from agentrl.llm import Generation, SamplingParams
+from agentrl.models.tokenizer import build_tokenizer
+from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
+from agentrl.testing.scripted_server import RandomPolicy, ScriptedLLM
+
+
+class GoOn(Env):
+    """Says 'go on' until the episode has had ``turns`` model turns."""
+
+    max_turns = 64
+
+    def __init__(self, turns: int) -> None:
+        self.turns, self.t = turns, 0
+
+    async def reset(self, task: Any, *, seed: int | None = None) -> list[Message]:
+        return [Message.user(f"Task {task['id']}: keep going.")]
+
+    async def step(self, action: Any) -> StepResult:
+        self.t += 1
+        done = self.t >= self.turns
+        return StepResult(observation=[Message.user("go on")], reward=float(done), terminated=done)
+
+
+def go_on_agent(turns: int) -> Any:
+    """The same episode as :class:`GoOn`, written as an openai-client agent."""
+
+    async def solve(task: dict[str, Any], client: Any) -> float:
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": f"Task {task['id']}: keep going."}
+        ]
+        for _ in range(turns):
+            r = await client.chat.completions.create(model="policy", messages=messages)
+            messages.append({"role": "assistant", "content": r.choices[0].message.content})
+            messages.append({"role": "user", "content": "go on"})
+        return 1.0
+
+    return solve
+
+
+class Delayed:
+    """An LLMClient that answers after ``latency_s`` (a server's generation time)."""
+
+    def __init__(self, inner: Any, latency_s: float) -> None:
+        self.inner, self.latency_s = inner, latency_s
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> Generation:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return await self.inner.generate(prompt_ids, params, session_id=session_id)
+
+
+async def _native(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> dict[str, float]:
+    cfg = LoopConfig(max_turns=turns + 1, max_total_tokens=8192, max_tokens_per_turn=64)
+    runner = RolloutRunner(AgentLoop(llm, tok, cfg), lambda: GoOn(turns), max_concurrency=conc)
+    t0 = time.perf_counter()
+    res = await runner.run([{"id": i} for i in range(episodes)])
+    wall = time.perf_counter() - t0
+    done = res.metrics.get("stop/done", 0.0)
+    return {"wall_s": wall, "episodes_per_s": episodes / wall, "done": done}
+
+
+async def _gateway(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> dict[str, float]:
+    limits = GatewayLimits(max_turns=turns + 1, max_total_tokens=8192, max_tokens_per_turn=64)
+    async with Gateway(llm, tok, limits) as gw:
+        runner = AgentRunner(gw, go_on_agent(turns), max_concurrency=conc)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, len(gw.sessions))
+                await asyncio.sleep(0.01)
+
+        w = asyncio.create_task(watch())
+        t0 = time.perf_counter()
+        res = await runner.run([{"id": i} for i in range(episodes)])
+        wall = time.perf_counter() - t0
+        w.cancel()
+    trajs = res.trajectories
+    done = sum(str(t.stop_reason) == "done" and t.num_turns == turns for t in trajs)
+    segments = sum(t.metrics.get("gateway/segments", 0.0) for t in trajs)
+    return {
+        "wall_s": wall,
+        "episodes_per_s": episodes / wall,
+        "done": float(done),
+        "peak_sessions": float(peak),
+        "segments_per_episode": segments / max(len(trajs), 1),
+    }
+
+
+async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict[str, Any]:
+    native = await _native(llm, tok, a.episodes, a.turns, a.concurrency)
+    gateway = await _gateway(llm, tok, a.episodes, a.turns, a.concurrency)
+    out = {
+        "regime": name,
+        "episodes": a.episodes,
+        "turns": a.turns,
+        "concurrency": a.concurrency,
+        "native": native,
+        "gateway": gateway,
+        "ratio_gateway_over_native": gateway["episodes_per_s"] / native["episodes_per_s"],
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+async def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--episodes", type=int, default=256)
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument(
+        "--latency-ms", type=float, nargs="*", default=[0.0, 200.0],
+        help="Scripted generation latencies to measure (0: pure overhead).",
+    )  # fmt: skip
+    p.add_argument("--vllm", default=None, help="Also measure against this vLLM server URL.")
+    p.add_argument("--model", default=None, help="Tokenizer directory of the --vllm model.")
+    a = p.parse_args(argv)
+    tok = build_tokenizer(seed=0)
+    results = []
+    for ms in a.latency_ms:
+        llm = Delayed(ScriptedLLM(RandomPolicy(3000, tok.eos_token_id, 4, 16)), ms / 1000)
+        results.append(await _compare(f"scripted latency {ms:g} ms", llm, tok, a))
+    if a.vllm:
+        from transformers import AutoTokenizer
+
+        from agentrl.inference.client import CompletionsClient
+
+        vtok = AutoTokenizer.from_pretrained(a.model) if a.model else tok
+        async with CompletionsClient(a.vllm) as client:
+            results.append(await _compare("vLLM", client, vtok, a))
+    return results
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
