@@ -256,7 +256,7 @@ def doctor_run(
 
     Exit code 1 when there is a red flag, 0 when there is none.
     """
-    from agentrl.logging.doctor import diagnose, read_metrics
+    from agentrl.logging.doctor import diagnose, read_metrics, unchecked
 
     try:
         rows = read_metrics(run_dir)
@@ -267,6 +267,8 @@ def doctor_run(
     for f in flags:
         console.print(f.render(), markup=False)
     console.print(f"{run_dir}: {steps} steps, {len(flags)} red flag(s)", markup=False)
+    if missing := unchecked(rows):
+        console.print(f"not checked (metrics absent): {', '.join(missing)}", markup=False)
     if flags:
         raise typer.Exit(code=1)
 

@@ -60,12 +60,16 @@ class Flag:
 
 @dataclass(frozen=True)
 class Rule:
-    """A dashboard signal: ``check(train_rows, eval_rows) -> (begin step, detail) | None``."""
+    """A dashboard signal: ``check(train_rows, eval_rows) -> (begin step, detail) | None``.
+
+    ``keys`` are the metrics it reads (any one present makes it checkable).
+    """
 
     name: str
     failure_mode: str
     levers: tuple[str, ...]
     check: Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], Any]
+    keys: tuple[str, ...] = ()
 
 
 def finite_number(v: Any) -> float | None:
@@ -239,6 +243,7 @@ RULES: tuple[Rule, ...] = (
             "a higher rollout.temperature",
         ),
         _reward_flat_zero,
+        ("reward/mean", "score/mean"),
     ),
     Rule(
         "reward_spike",
@@ -250,6 +255,7 @@ RULES: tuple[Rule, ...] = (
             "a KL penalty (trainer.kl.coef)",
         ),
         _reward_spike,
+        ("reward/mean", "score/mean"),
     ),
     Rule(
         "zero_std_groups",
@@ -261,6 +267,7 @@ RULES: tuple[Rule, ...] = (
             "a higher rollout.temperature",
         ),
         _zero_std_groups,
+        ("reward/zero_std_group_frac",),
     ),
     Rule(
         "kl_low",
@@ -271,6 +278,7 @@ RULES: tuple[Rule, ...] = (
             "more updates per batch (trainer.update.mini_batches / epochs)",
         ),
         _kl_low,
+        _KL_KEYS,
     ),
     Rule(
         "kl_high",
@@ -282,6 +290,7 @@ RULES: tuple[Rule, ...] = (
             "fewer updates per batch (trainer.update.epochs / mini_batches)",
         ),
         _kl_high,
+        _KL_KEYS,
     ),
     Rule(
         "entropy_plummet",
@@ -293,6 +302,7 @@ RULES: tuple[Rule, ...] = (
             "a lower trainer.optim.lr",
         ),
         _entropy_plummet,
+        ("actor/entropy", "entropy/old"),
     ),
     Rule(
         "clip_ratio_high",
@@ -303,6 +313,7 @@ RULES: tuple[Rule, ...] = (
             "less staleness (orchestration.max_staleness, mode=sync)",
         ),
         _clip_ratio,
+        ("actor/clip_low_frac", "actor/clip_high_frac"),
     ),
     Rule(
         "length_pegged",
@@ -314,6 +325,7 @@ RULES: tuple[Rule, ...] = (
             "check the stop tokens and chat template: `agentrl doctor tokenizer`",
         ),
         _length_pegged,
+        ("response/truncated_frac",),
     ),
     Rule(
         "grad_norm_spike",
@@ -324,6 +336,7 @@ RULES: tuple[Rule, ...] = (
             "read that step's episodes for outliers (very long or degenerate ones)",
         ),
         _grad_spike,
+        ("actor/grad_norm_max", "actor/grad_norm"),
     ),
     Rule(
         "value_loss_diverging",
@@ -335,6 +348,7 @@ RULES: tuple[Rule, ...] = (
             "a critic-free estimator (trainer.advantage.estimator=grpo)",
         ),
         _value_diverging,
+        ("loss/value",),
     ),
     Rule(
         "is_ratio_far_from_1",
@@ -346,6 +360,7 @@ RULES: tuple[Rule, ...] = (
             "check tokenization: `agentrl doctor tokenizer`",
         ),
         _is_ratio,
+        ("offpolicy/rho_mean", "correction/is_weight_mean"),
     ),
     Rule(
         "reward_up_heldout_flat",
@@ -357,6 +372,7 @@ RULES: tuple[Rule, ...] = (
             "a KL penalty (trainer.kl.coef)",
         ),
         _reward_vs_heldout,
+        ("success",),
     ),
 )
 """Every dashboard rule, in dashboard order."""

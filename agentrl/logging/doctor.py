@@ -29,6 +29,7 @@ __all__ = [
     "Rule",
     "diagnose",
     "read_metrics",
+    "unchecked",
 ]
 
 
@@ -59,6 +60,12 @@ def diagnose(rows: Iterable[Mapping[str, Any]]) -> list[Flag]:
         if hit is not None:
             flags.append(Flag(rule.name, int(hit[0]), rule.failure_mode, hit[1], rule.levers))
     return sorted(flags, key=lambda f: f.step)
+
+
+def unchecked(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Rules whose metrics never appear in ``rows`` (e.g. KL without a reference model)."""
+    present = {k for r in rows for k, v in r.items() if finite_number(v) is not None}
+    return [rule.name for rule in RULES if not present.intersection(rule.keys)]
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -133,3 +133,12 @@ def test_the_dashboard_reads_keys_the_trainer_writes() -> None:
         "actor/grad_norm_max", "loss/value", "offpolicy/rho_mean",
     ]  # fmt: skip
     assert [k for k in read if k not in m] == []
+
+
+def test_rules_without_their_metric_are_reported_unchecked() -> None:
+    from agentrl.logging.doctor import unchecked
+
+    rows = stream()
+    assert unchecked(rows) == []
+    no_ref = [{k: v for k, v in r.items() if k != "kl/ref_kl"} for r in rows]  # kl.coef = 0
+    assert unchecked(no_ref) == ["kl_low", "kl_high"]

@@ -101,7 +101,11 @@ def test_doctor_run_cli(tmp_path: Path) -> None:
     for step in range(1, 11):
         run.log(step, {"reward/mean": 0.3 + 0.01 * step, "kl/ref_kl": 0.05})
     out = CliRunner().invoke(app, ["doctor", "run", str(healthy)])
-    assert out.exit_code == 0 and "0 red flag(s)" in " ".join(out.output.split())
+    text = " ".join(out.output.split())
+    assert out.exit_code == 0 and "0 red flag(s)" in text
+    # No eval rows, entropy, clip … in this stream: those rules say they were not checked.
+    assert "not checked (metrics absent): zero_std_groups, entropy_plummet" in text
+    assert "kl_high" not in text
     missing = CliRunner().invoke(app, ["doctor", "run", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "metrics.jsonl" in "".join(missing.output.split())
 
