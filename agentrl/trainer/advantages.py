@@ -211,9 +211,8 @@ def _grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     early_B = ((step_BK != 0) & has_BK & (k_K[None, :] < last_B[:, None])).any(-1)
     _, inv_B = torch.unique(x.group_B, return_inverse=True)
     n_groups = int(inv_B.max().item()) + 1 if inv_B.numel() else 0
-    process_G = torch.zeros(n_groups, dtype=torch.bool, device=step_BK.device)
-    process_G.index_put_((inv_B,), early_B, accumulate=True)
-    process_B = process_G[inv_B]
+    early_G = torch.zeros(n_groups, dtype=torch.float64, device=step_BK.device)
+    process_B = (early_G.index_add_(0, inv_B, early_B.to(torch.float64)) > 0)[inv_B]
     # Outcome groups: one step per episode, its last turn, carrying the episode total.
     is_last_BK = k_K[None, :] == last_B[:, None]
     outcome_step_BK = torch.where(is_last_BK, step_BK.sum(-1, keepdim=True), 0.0)

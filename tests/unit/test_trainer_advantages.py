@@ -197,6 +197,17 @@ def test_grpo_per_turn_rewards_are_process_supervision() -> None:
     torch.testing.assert_close(adv, want, atol=1e-5, rtol=1e-5)
 
 
+def test_grpo_outcome_and_process_groups_in_one_batch() -> None:
+    # Group 0 (outcome: rewards only on the last turn): totals 1, 0 → ±0.5/0.707107 = ±0.707107
+    # on both turns (γ = 1), as plain GRPO. Group 1: the process example above.
+    x = _two_turn([[0.0, 1.0], [0.0, 0.0], *SPLIT])
+    x.group_B = torch.tensor([0, 0, 1, 1, 1, 1])
+    adv, _ = compute_advantages("grpo", x)
+    a, s = 0.5 / math.sqrt(0.5), math.sqrt(1.125 / 7)
+    want = [[a, a], [-a, -a], [0.0, 0.0], [0.0, 0.5 / s], [0.0, 0.25 / s], [0.0, -0.5 / s]]
+    torch.testing.assert_close(adv, torch.tensor(want), atol=1e-5, rtol=1e-5)
+
+
 def test_grpo_per_turn_advantages_stay_within_the_bound() -> None:
     # |Â| ≤ sqrt(T·(N-1)) (T turns of the episode, N steps of the group; docs/trainer.md).
     # The review's near-degenerate case (small non-zero std) gave |Â| ≈ 59; random splits,
