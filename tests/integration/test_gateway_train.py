@@ -154,7 +154,7 @@ async def test_swe_bash_agent_trains(untrained_model_dir, server_url, docker_ima
         None,
         _overrides(
             untrained_model_dir, server_url, tmp_path, run_name="swe", env="swe",
-            **{"agent.solve": SWE, "rollout.max_total_tokens": 1500},
+            **{"agent.solve": SWE, "rollout.max_total_tokens": 2000},
         ),
     )  # fmt: skip
     result = await train(cfg, say=lambda _m: None)

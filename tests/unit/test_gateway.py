@@ -270,7 +270,10 @@ async def test_text_completions_reuse_the_recorded_ids(tokenizer):
         r1 = await client.completions.create(model="m", prompt="hello", logprobs=1)
         assert r1.choices[0].text == " world" and r1.choices[0].finish_reason == "stop"
         assert len(r1.choices[0].logprobs.token_logprobs) == r1.usage.completion_tokens
-        await client.completions.create(model="m", prompt="hello world and more")
+        stream = await client.completions.create(
+            model="m", prompt="hello world and more", stream=True
+        )
+        assert "".join([c.choices[0].text async for c in stream]) == " world"
         await client.completions.create(model="m", prompt="something else")
     first, second = rec.prompts[:2]
     sampled = session.segments[0].token_ids[len(first) : len(first) + r1.usage.completion_tokens]
