@@ -48,6 +48,31 @@ _NINE = re.compile(r"^[A-Za-z0-9]{9}$")
 _B62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def turn_start(chat_specials: Sequence[str], gen: str, text: str) -> int:
+    """Where the assistant turn starts in ``text`` (a conversation ending with that turn),
+    given the generation prompt ``gen``: at the end of ``gen`` when it is a prefix, else at
+    the end of the last special token the two share (R1's prompt opens ``<think>\n``, which
+    the history does not keep)."""
+    start = common_prefix(gen, text)
+    if start == len(gen):
+        return start
+    head = text[:start]
+    ends = [head.rfind(s) + len(s) for s in chat_specials if s in head]
+    return max(ends, default=start)
+
+
+_common_prefix = common_prefix
+
+
 class TemplateError(ValueError):
     """The tokenizer's chat template cannot be used for exact multi-turn tokenization."""
 
@@ -170,25 +195,35 @@ class ChatTokenizer:
         u = Message.user(ANCHOR)
         gen = self.render([u], add_generation_prompt=True, what="a user message")
         last = self.render([u, Message.assistant(_SENT)], what="a plain answer")
-        if not last.startswith(gen):
+        # Where the assistant turn starts: after the generation prompt, or, for a template
+        # whose generation prompt opens more than the history keeps (R1's "<think>\n"),
+        # after the text both share.
+        self.turn_start = turn_start(self._specials, gen, last)
+        if self.turn_start <= last.find(ANCHOR):
             raise TemplateError(
-                "the generation prompt is not a prefix of the template's assistant turn "
-                f"(generation prompt ends {gen[-40:]!r}, assistant turn {last[-60:]!r}), so a "
-                "sampled turn cannot be placed after it; fix the template's generation prompt"
+                "the chat template renders the user message differently once an assistant turn "
+                f"follows it (generation prompt {gen[-60:]!r}, with the turn {last[-60:]!r})"
             )
         eos = getattr(tokenizer, "eos_token", None)
-        end_plain = self._last_special(last[len(gen) :])
-        if end_plain is None:
-            raise TemplateError(
-                f"the chat template does not close an assistant turn with a special token "
-                f"(it renders {last[len(gen) :]!r}); the model could not stop on one. "
-                "Use a template whose assistant turns end with the end-of-turn token"
-            )
         mid = self.render(
             [u, Message.assistant(_SENT), Message.user(ANCHOR)], what="a second user turn"
         )
         at = mid.find(_SENT, len(gen))
         end_mid = self._first_special(mid, at + len(_SENT)) if at >= 0 else None
+        # A closed turn ends with its own token (<|im_end|>, <|eot_id|>, </s>); an open one
+        # (GLM) ends where the next message's opener begins (<|user|>, <|observation|>),
+        # and the model stops on that opener.
+        end_plain = self._closing_special(last[self.turn_start :])
+        self.open_turns = end_plain is None
+        if self.open_turns:
+            end_plain = end_mid
+        if end_plain is None:
+            raise TemplateError(
+                f"the chat template does not close an assistant turn with a special token "
+                f"(it renders {last[self.turn_start :]!r}, and nothing special follows it), so the "
+                "model could not stop on one. Use a template whose assistant turns end with "
+                "the end-of-turn token"
+            )
         self.style, end_call = self._probe_calls(u, gen)
         stops = [end_plain] + ([end_call] if end_call else [])
         if eos and eos in self._specials and eos not in stops:
@@ -215,6 +250,11 @@ class ChatTokenizer:
                 best = (i, s)
         return best[1] if best else None
 
+    def _closing_special(self, text: str) -> str | None:
+        """The special token ``text`` ends with (trailing whitespace aside), if any."""
+        t = text.rstrip()
+        return next((sp for sp in self._specials if t.endswith(sp)), None)
+
     def _last_special(self, text: str) -> str | None:
         best: tuple[int, str] | None = None
         for s in self._specials:
@@ -234,7 +274,7 @@ class ChatTokenizer:
                 except TemplateRenderError as e:
                     error = e.template_message
                     continue
-                end = self._last_special(text[len(gen) :]) if text.startswith(gen) else None
+                end = self._call_end(u, msgs[1], text, gen)
                 try:
                     self.render(
                         [u, Message.assistant("", (_PROBE_CALL, _PROBE_CALL2))],
@@ -245,6 +285,28 @@ class ChatTokenizer:
                     single = True
                 return CallStyle(as_string, nine, single), end
         return CallStyle(renders_calls=False, error=error), None
+
+    def _call_end(self, u: Message, call_turn: Message, text: str, gen: str) -> str | None:
+        """The token a tool-call turn ends on (the results' opener for open turns)."""
+        start = turn_start(self._specials, gen, text)
+        if not self.open_turns:
+            return self._closing_special(text[start:]) or self._last_special(text[start:])
+        c = call_turn.tool_calls[0]
+        try:
+            t3 = self.render(
+                [u, call_turn, Message.tool("x", tool_call_id=c.id, name=c.name)],
+                what="a tool result",
+            )
+        except TemplateRenderError:
+            return None
+        body = text.rstrip()
+        return self._first_special(t3, len(body)) if t3.startswith(body) else None
+
+    def turn_end_count(self, text_through_turn: str) -> int:
+        """Markers up to and including a model turn's end, given the text through the turn
+        as the template renders it (for open turns the model's stop, the next opener, is
+        not in that text and is counted here)."""
+        return len(self._end_re.findall(text_through_turn)) + (1 if self.open_turns else 0)
 
     # --------------------------------------------------------------------- rendering
 
@@ -361,7 +423,7 @@ class ChatTokenizer:
             except TemplateRenderError as e:
                 err = e
                 continue
-            n = len(self._end_re.findall(base_text))
+            n = self.turn_end_count(base_text)
             cut = self.end_of_turn(full, n)
             if cut < 0:
                 raise TemplateError(

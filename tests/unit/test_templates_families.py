@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentrl import Action, Env, Message, StepResult, StopReason
-from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig
+from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig, TemplateError
 from agentrl.rollout.templates import inspect_template
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
 from agentrl.tools import tool
@@ -80,6 +80,7 @@ class Case:
     parser: str = "hermes"
     reasoning_parser: str | None = None
     drops_tools: bool = False
+    as_sampled_holds: bool = True
 
 
 _HERMES_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
@@ -148,6 +149,30 @@ CASES: dict[str, Case] = {
         "<|start|>system<|message|>",
         "<|channel|>final<|message|>ANSWER 5<|return|>",
         parser="test_harmony",
+    ),
+    "deepseek_r1_distill": Case(
+        # Drops tool schemas: trained with injected Hermes tools. Only the first tool output
+        # of a conversation opens <｜tool▁outputs▁begin｜>, so a delta depends on history:
+        # as_sampled does not hold, per_turn does.
+        "not consistent",
+        "per_turn",
+        'Add.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n'
+        "</tool_call><｜end▁of▁sentence｜>",
+        "<｜begin▁of▁sentence｜>Use tools.\n\n# Tools",
+        "Done.\n</think>\n\nANSWER 5<｜end▁of▁sentence｜>",
+        reasoning_parser="deepseek_r1",
+        drops_tools=True,
+        as_sampled_holds=False,
+    ),
+    "glm4_6": Case(
+        # No end-of-turn token: the model stops on the next message's opener.
+        "not consistent",
+        "per_turn",
+        "\n<think>Add them.</think>\n<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2"
+        "</arg_value>\n<arg_key>b</arg_key>\n<arg_value>3</arg_value>\n</tool_call><|observation|>",
+        "[gMASK]<sop><|system|>",
+        "\n<think></think>\nANSWER 5<|user|>",
+        parser="glm45",
     ),
     "chatml_smollm2": Case(
         "consistent",
@@ -251,6 +276,11 @@ async def test_as_sampled_works_for_every_family(family):
         reasoning_parser=case.reasoning_parser,
         template_strategy="as_sampled",
     )
+    if not case.as_sampled_holds:
+        with pytest.raises(TemplateError, match="as_sampled does not hold") as e:
+            AgentLoop(ScriptedLLM(_policy(tok, case)), tok, cfg)
+        assert "delta not isolated" in str(e.value)
+        return
     loop = AgentLoop(ScriptedLLM(_policy(tok, case)), tok, cfg)
     traj = await loop.run(AddEnv(), {}, episode_id=name)
     assert traj.stop_reason == StopReason.DONE, traj.error
