@@ -20,8 +20,8 @@ from agentrl import Action, Env, Message, StepResult, StopReason
 from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig, TemplateError
 from agentrl.rollout.templates import inspect_template
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
-from agentrl.tools import tool
-from agentrl.tools.parsers import ParsedOutput, parser_names, register_parser
+from agentrl.tools import parsers, tool
+from agentrl.tools.parsers import ParsedOutput
 from agentrl.types import ToolCall
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "templates"))
@@ -39,8 +39,10 @@ class HarmonyCalls:
         return ParsedOutput("", (ToolCall(m.group(1), json.loads(m.group(2)), id="call_0"),))
 
 
-if "test_harmony" not in parser_names():
-    register_parser("test_harmony", HarmonyCalls)
+@pytest.fixture(autouse=True)
+def _harmony_stand_in(monkeypatch):
+    # Registered for these tests only (the registry is global).
+    monkeypatch.setitem(parsers._PARSERS, "test_harmony", HarmonyCalls)
 
 
 class AddEnv(Env):
