@@ -11,6 +11,7 @@ in its record; ``run`` never raises for it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,8 @@ from agentrl.tools import ToolExecutor, make_turn_parser
 from agentrl.types import Action, Message, StepResult, StopReason, Trajectory, TurnSpan
 
 __all__ = ["AgentLoop", "EpisodeState", "LoopConfig"]
+
+_log = logging.getLogger(__name__)
 
 
 class EpisodeState(StrEnum):
@@ -146,6 +149,15 @@ class AgentLoop:
                     + report.summary()
                 )
             self.strategy = chosen
+            caps = report.capabilities
+            if caps is not None and caps.drops_tools:
+                _log.warning(
+                    "%s; %s",
+                    caps.line(),
+                    "injecting tool schemas and calls in the Hermes format (inject_tools)"
+                    if self.inject_tools
+                    else "tools are NOT shown to the model (inject_tools=False)",
+                )
 
     async def run(
         self,

@@ -77,3 +77,34 @@ def test_check_reports_a_template_that_rewrites_history(tokenizer):
     # Conversations without reasoning blocks are unaffected by this template's quirk.
     assert all(t.ok for t in report.results["env feedback as user turns"])
     assert "prefix-consistent: NO" in report.summary()
+
+
+def test_call_ids_are_mapped_to_nine_characters_on_calls_and_results_alike():
+    from agentrl.rollout.tokenization import nine_char_id
+
+    assert nine_char_id("a1B2c3D4e") == "a1B2c3D4e"  # a native Mistral id is kept
+    mapped = nine_char_id("call_0")
+    assert len(mapped) == 9 and mapped.isalnum() and mapped == nine_char_id("call_0")
+    assert nine_char_id("call_1") != mapped
+
+
+async def test_a_template_error_in_a_delta_ends_the_episode_with_tokenization_error(tokenizer):
+    # With the start-up check off, a template that raises on tool results ends the episode
+    # with tokenization_error and the template's own message (not internal_error).
+    from agentrl.rollout import AgentLoop, LoopConfig
+    from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
+    from agentrl.types import StopReason
+    from tests.unit.test_agent_loop import AddEnv, tool_then_answer
+
+    bad = _think_stripping(tokenizer)
+    bad.chat_template = (
+        "{%- for m in messages %}{%- if m.role == 'tool' %}{{ raise_exception('no results') }}"
+        "{%- endif %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+        "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    loop = AgentLoop(
+        ScriptedLLM(TextPolicy(bad, tool_then_answer)), bad, LoopConfig(check_template=False)
+    )
+    traj = await loop.run(AddEnv(), {"a": 1, "b": 2})
+    assert traj.stop_reason == StopReason.TOKENIZATION_ERROR
+    assert "no results" in traj.error and "Traceback" not in traj.error

@@ -97,3 +97,15 @@ def test_smollm2_chatml_drops_tools_and_the_fallback_injects_them():
     forced = inspect_template(family_tokenizer("chatml_smollm2"), inject_tools=False)
     assert not forced.inject_tools
     assert any("inject_tools: true" in f for f in forced.fixes)
+
+
+def test_the_loop_says_at_start_up_that_the_template_drops_tools(caplog):
+    from agentrl.rollout import AgentLoop
+    from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
+
+    tok = family_tokenizer("chatml_smollm2")
+    with caplog.at_level("WARNING", logger="agentrl.rollout.agent_loop"):
+        loop = AgentLoop(ScriptedLLM(TextPolicy(tok, lambda _: "x")), tok)
+    assert loop.inject_tools
+    assert [r.getMessage().count("tool schemas DROPPED") for r in caplog.records] == [1]
+    assert "injecting tool schemas and calls" in caplog.text
