@@ -76,7 +76,7 @@ def main() -> None:
     msgs = conversation(a.turns)
     print(f"one {a.turns}-turn tool episode per family, median of {a.reps} runs per turn")
     print(
-        f"{'family':18s} {'strategy':10s} {'turn2 us':>9s} {'turn' + str(a.turns) + ' us':>10s} "
+        f"{'family':20s} {'strategy':10s} {'turn2 us':>9s} {'turn' + str(a.turns) + ' us':>10s} "
         f"{'ratio':>6s} {'total ms':>9s} {'tokenized':>9s}"
     )
     worst = 0.0
@@ -90,7 +90,7 @@ def main() -> None:
             if strategy == "as_sampled":
                 worst = max(worst, ratio)
             print(
-                f"{name:18s} {strategy:10s} {1e6 * early:9.0f} {1e6 * late:10.0f} "
+                f"{name:20s} {strategy:10s} {1e6 * early:9.0f} {1e6 * late:10.0f} "
                 f"{ratio:6.2f} {1e3 * sum(med):9.1f} {runs[0][1]:9d}"
             )
     print(f"as_sampled worst ratio turn{a.turns}/turn2: {worst:.2f} (target <= 1.5)")
