@@ -11,6 +11,7 @@ in its record; ``run`` never raises for it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import traceback
@@ -129,6 +130,7 @@ class AgentLoop:
             )
         ChatTokenizer(tokenizer, tools=[PY_TOOL])  # fail fast on a tokenizer without a template
         self.template_report: TemplateReport | None = None
+        self._chats: dict[str, ChatTokenizer] = {}
         self.strategy = "as_sampled" if cfg.template_strategy == "auto" else cfg.template_strategy
         self.inject_tools = bool(cfg.inject_tools)
         if cfg.check_template:
@@ -234,12 +236,17 @@ class AgentLoop:
             tools = list(env.tools())
         except TypeError as e:
             raise _Stop(StopReason.ENV_ERROR, str(e)) from e
-        try:
-            chat = ChatTokenizer(
-                self.tokenizer, tools=[t.schema() for t in tools], inject_tools=self.inject_tools
-            )
-        except TemplateError as e:
-            raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
+        schemas = [t.schema() for t in tools]
+        key = json.dumps(schemas, sort_keys=True, default=str)
+        chat = self._chats.get(key)
+        if chat is None:
+            # Probing a template costs a few renders: once per tool set, not per episode.
+            try:
+                chat = ChatTokenizer(self.tokenizer, tools=schemas, inject_tools=self.inject_tools)
+            except TemplateError as e:
+                raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
+            if len(self._chats) < 64:
+                self._chats[key] = chat
         traj.strategy = self.strategy
         traj.info["template_strategy"] = self.strategy
         per_turn = self.strategy == "per_turn"
