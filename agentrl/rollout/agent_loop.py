@@ -119,9 +119,6 @@ class AgentLoop:
         self.llm = llm
         self.tokenizer = tokenizer
         self.config = config or LoopConfig()
-        self.parser = make_turn_parser(
-            self.config.tool_parser, self.config.reasoning_parser, tokenizer
-        )
         cfg = self.config
         if cfg.template_strategy not in ("auto", *STRATEGIES):
             raise ValueError(
@@ -160,6 +157,11 @@ class AgentLoop:
                     if self.inject_tools
                     else "tools are NOT shown to the model (inject_tools=False)",
                 )
+        # Injected tools are written in the Hermes format, so 'auto' reads them with it.
+        tool_parser = cfg.tool_parser
+        if self.inject_tools and tool_parser == "auto":
+            tool_parser = "hermes"
+        self.parser = make_turn_parser(tool_parser, cfg.reasoning_parser, tokenizer)
 
     async def run(
         self,

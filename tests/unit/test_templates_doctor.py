@@ -109,3 +109,15 @@ def test_the_loop_says_at_start_up_that_the_template_drops_tools(caplog):
     assert loop.inject_tools
     assert [r.getMessage().count("tool schemas DROPPED") for r in caplog.records] == [1]
     assert "injecting tool schemas and calls" in caplog.text
+
+
+def test_auto_parser_reads_injected_tools_with_hermes():
+    from agentrl.rollout import AgentLoop, LoopConfig
+    from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
+
+    tok = family_tokenizer("chatml_smollm2")
+    cfg = LoopConfig(tool_parser="auto")
+    loop = AgentLoop(ScriptedLLM(TextPolicy(tok, lambda _: "x")), tok, cfg)
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2}}\n</tool_call>'
+    parsed = loop.parser.parse(call)
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("add", {"a": 2})]
