@@ -294,3 +294,23 @@ async def test_as_sampled_works_for_every_family(family):
     sampled = [traj.token_ids[s.start : s.end] for s in model]
     prompt = chat.prompt_ids(traj.messages[:2])
     assert traj.token_ids == prompt + sampled[0] + chat.encode(between) + sampled[1]
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "glm4_6"])
+async def test_over_http_the_family_stop_tokens_reach_the_server(name):
+    # gpt-oss ends a call on <|call|>, GLM on <|observation|>: neither is the tokenizer's eos,
+    # so the loop sends them as stop tokens; over real HTTP the scripted server stops there.
+    from agentrl.inference.client import CompletionsClient
+    from agentrl.testing.scripted_server import ScriptedServer
+
+    tok, case = family_tokenizer(name), CASES[name]
+    cfg = LoopConfig(tool_parser=case.parser, reasoning_parser=case.reasoning_parser)
+    with ScriptedServer(_policy(tok, case)) as srv:
+        async with CompletionsClient(srv.url) as client:
+            traj = await AgentLoop(client, tok, cfg).run(AddEnv(), {}, episode_id=name)
+    assert traj.stop_reason == StopReason.DONE, traj.error
+    stop = tok.convert_tokens_to_ids("<|call|>" if name == "gpt_oss" else "<|observation|>")
+    assert stop in srv.requests[0]["stop_token_ids"]
+    first = next(s for s in traj.spans if s.kind == "model")
+    assert traj.token_ids[first.end - 1] == stop
+    assert traj.messages[3].content == "5" and traj.sample_starts == [0, first.end]
