@@ -99,3 +99,30 @@ def test_bad_sample_starts_are_named() -> None:
     t.sample_starts = [4, 8]
     with pytest.raises(ValueError, match="start at 0"):
         t.validate()
+
+
+@pytest.mark.parametrize(
+    "update",
+    [{"token_budget": 30, "packing": False}, {"strategy": "fixed", "micro_batch_size": 1}],
+)
+def test_a_trainer_step_on_per_turn_episodes_is_the_same_packed_or_padded(update: dict) -> None:
+    from agentrl.trainer import Trainer, TrainerConfig
+
+    trajs = [
+        per_turn_episode(4, 1.0),
+        episode(1, "g", [1, 2, 3], [4, 5, 6], 0.0),
+        per_turn_episode(5, 0.0),
+        episode(2, "g", [7, 8], [9, 10, 11, 12], 1.0),
+    ]
+    ref = Trainer(
+        TrainerConfig(optim={"lr": 1e-3}, update={"token_budget": 10_000, "packing": True}),
+        tiny_lm(),
+    )
+    alt = Trainer(TrainerConfig(optim={"lr": 1e-3}, update=update), tiny_lm())
+    m_ref, m_alt = ref.step(trajs), alt.step(trajs)
+    assert m_ref["actor/grad_norm"] > 0
+    assert m_alt["actor/grad_norm"] == pytest.approx(m_ref["actor/grad_norm"], rel=1e-5)
+    for (k, a), b in zip(
+        ref.policy.state_dict().items(), alt.policy.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0, msg=k)
