@@ -383,10 +383,20 @@ class ChatTokenizer:
 
     # --------------------------------------------------------------------- deltas
 
-    def _bases(self, after: Message | None) -> list[list[Message]]:
-        if after is None or not after.tool_calls:
-            return [self._default_base]
+    def _bases(self, after: Message | None, new: Sequence[Message]) -> list[list[Message]]:
         u = self._default_base[0]
+        if after is None:
+            # Unknown turn (e.g. the gateway): results answer calls named after them.
+            calls = tuple(
+                ToolCall(m.name or "tool", {}, id=m.tool_call_id or "")
+                for m in new
+                if m.role == "tool"
+            )
+            if not calls:
+                return [self._default_base]
+            after = Message.assistant("", calls)
+        if not after.tool_calls:
+            return [self._default_base]
         calls = after.tool_calls
         # The model's own turn first; a template that takes one call per turn gets the
         # first call only; the plain base last (results then render without their call).
@@ -416,7 +426,7 @@ class ChatTokenizer:
                 end could not be found in the rendering.
         """
         err: TemplateError | None = None
-        for base in self._bases(after):
+        for base in self._bases(after, new_messages):
             try:
                 base_text = self.render(base)
                 full = self.render([*base, *new_messages], add_generation_prompt=True)

@@ -314,3 +314,14 @@ async def test_over_http_the_family_stop_tokens_reach_the_server(name):
     first = next(s for s in traj.spans if s.kind == "model")
     assert traj.token_ids[first.end - 1] == stop
     assert traj.messages[3].content == "5" and traj.sample_starts == [0, first.end]
+
+
+def test_delta_without_the_turn_pairs_results_with_calls_named_after_them(family):
+    # Callers that do not know the model's turn (the gateway) get the same tool-result
+    # delta: harmony's "functions.add to=assistant" needs the call's name, Llama's
+    # ipython turn a preceding call, Mistral a 9-character id.
+    _, tok, _ = family
+    chat = ChatTokenizer(tok, tools=[AddEnv().add.schema()])
+    new = [Message.tool("5", tool_call_id="call_0", name="add")]
+    turn = Message.assistant("", (ToolCall("add", {"a": 2, "b": 3}, id="call_0"),))
+    assert chat.delta_text(new) == chat.delta_text(new, after=turn)
