@@ -360,6 +360,8 @@ class AgentLoop:
                 raise _Stop(StopReason.DONE)
             if step.truncated:
                 raise _Stop(StopReason.TRUNCATED)
+            if per_turn and turn == max_turns - 1:
+                break  # no next sample: it would be a prompt without a model turn
             t = time.perf_counter()
             try:
                 if per_turn:
@@ -373,6 +375,8 @@ class AgentLoop:
                 raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
             self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
             if per_turn:
+                if len(delta) >= cfg.max_total_tokens:
+                    raise _Stop(StopReason.MAX_TOKENS)  # the next sample's prompt alone is over
                 sample_start = len(traj.token_ids)
                 traj.sample_starts = traj.sample_starts or [0]
                 traj.sample_starts.append(sample_start)

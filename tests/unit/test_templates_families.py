@@ -325,3 +325,34 @@ def test_delta_without_the_turn_pairs_results_with_calls_named_after_them(family
     new = [Message.tool("5", tool_call_id="call_0", name="add")]
     turn = Message.assistant("", (ToolCall("add", {"a": 2, "b": 3}, id="call_0"),))
     assert chat.delta_text(new) == chat.delta_text(new, after=turn)
+
+
+async def test_per_turn_episode_cut_by_the_turn_budget_has_one_sample_per_turn():
+    class GoOn(Env):
+        def reset(self, task, *, seed=None):
+            return [Message.user("Count.")]
+
+        def step(self, action):
+            return StepResult(observation=[Message.user("Go on.")])
+
+    tok = family_tokenizer("qwen3")
+    loop = AgentLoop(ScriptedLLM(TextPolicy(tok, lambda _: "1")), tok, LoopConfig(max_turns=3))
+    traj = await loop.run(GoOn(), {})
+    assert traj.stop_reason == StopReason.MAX_TURNS and traj.num_turns == 3
+    assert len(traj.sample_starts) == 3  # no trailing prompt-only sample
+    assert traj.spans[-1].kind == "model"
+
+
+async def test_per_turn_prompt_over_the_context_budget_ends_the_episode_without_it():
+    class GoOn(Env):
+        def reset(self, task, *, seed=None):
+            return [Message.user("Count.")]
+
+        def step(self, action):
+            return StepResult(observation=[Message.user("Go on. " * 40)])
+
+    tok = family_tokenizer("qwen3")
+    cfg = LoopConfig(max_turns=3, max_total_tokens=120)
+    traj = await AgentLoop(ScriptedLLM(TextPolicy(tok, lambda _: "1")), tok, cfg).run(GoOn(), {})
+    assert traj.stop_reason == StopReason.MAX_TOKENS and traj.num_turns == 1
+    assert traj.sample_starts == [] and traj.spans[-1].kind == "model"
