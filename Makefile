@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck docker unit integration test train bench clean
+.PHONY: install lint typecheck docker unit integration test gpu-test train bench clean
 
 $(STAMP):
 	bash scripts/setup-system.sh
@@ -41,6 +41,12 @@ integration: install docker
 
 test: install lint typecheck docker
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# GPU tier (tests/gpu, marker gpu; skipped without CUDA). Not behind `install`, which puts
+# the CPU builds of torch and vLLM in the venv: on a GPU machine install CUDA torch and
+# `pip install -e '.[dev,gpu,models]'` into $(VENV) first.
+gpu-test:
+	$(BIN)/pytest -m "gpu" tests/gpu $(PYTEST_ARGS)
 
 train: install
 	$(BIN)/agentrl train --env retool

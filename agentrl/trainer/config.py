@@ -5,7 +5,7 @@ Every field says what it does; ``docs/trainer.md`` says where each algorithm com
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -29,6 +29,9 @@ __all__ = [
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_PositiveInt = Annotated[int, Field(gt=0)]
 
 
 class AdvantageConfig(_Section):
@@ -315,7 +318,12 @@ class UpdateConfig(_Section):
         description="token_budget: micro-batches hold at most token_budget tokens, balanced by "
         "length; fixed: micro_batch_size padded rows each.",
     )
-    token_budget: int = Field(default=8192, gt=0, description="Tokens per micro-batch per worker.")
+    token_budget: Literal["auto"] | _PositiveInt = Field(
+        default="auto",
+        description="Tokens per micro-batch per worker. auto: the largest budget whose "
+        "estimated peak memory (agentrl.trainer.memory) fits the memory available, at most "
+        "4096 on CPU and 65536 on GPU.",
+    )
     micro_batch_size: int = Field(
         default=4,
         gt=0,
@@ -327,8 +335,11 @@ class UpdateConfig(_Section):
         "needs varlen attention to avoid cross-episode attention FLOPs); False: length-sorted "
         "padded rows (cost rows × longest). None = pack iff attention is flash_attention_2.",
     )
-    logprob_chunk: int = Field(
-        default=1024, gt=0, description="Tokens per chunk of the lm-head/log-softmax computation."
+    logprob_chunk: Literal["auto"] | _PositiveInt = Field(
+        default="auto",
+        description="Tokens per chunk of the lm-head/log-softmax computation. auto: the "
+        "power of two (128..4096) whose fp32 (chunk × vocab) logits take at most 128 MiB "
+        "(512 for a 49k vocabulary, 128 for 152k).",
     )
 
 
@@ -342,14 +353,21 @@ class ActorConfig(_Section):
         default="auto",
         description="HF attention: auto = flash_attention_2 if installed on GPU, else sdpa.",
     )
-    gradient_checkpointing: bool = Field(
-        default=False,
-        description="Recompute activations in backward.",
+    gradient_checkpointing: Literal["auto"] | bool = Field(
+        default="auto",
+        description="Recompute activations in backward. auto: on when, without it, the "
+        "memory available allows micro-batches of fewer than max(2 × longest episode, 2048) "
+        "tokens.",
     )
     temperature: float = Field(
         default=1.0,
         gt=0.0,
         description="Sampling temperature; logits are divided by it (match rollout).",
+    )
+    fsdp: Literal["auto", "always"] = Field(
+        default="auto",
+        description="FSDP2 sharding: auto = when the process group has more than one worker; "
+        "always = also with one worker (needs an initialized torch.distributed group).",
     )
     trust_remote_code: bool = Field(default=False, description="Passed to from_pretrained.")
 

@@ -40,6 +40,7 @@ from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.correction import compute_correction, offpolicy_diagnostics
 from agentrl.trainer.kl import AdaptiveKLController, FixedKLController
 from agentrl.trainer.losses import explained_variance
+from agentrl.trainer.memory import PeakMemory, return_freed_memory, trainer_plan
 from agentrl.trainer.metrics import (
     PhaseTimer,
     batch_metrics,
@@ -86,6 +87,13 @@ class Trainer:
         config: The configuration.
         model: A HF model directory / hub id, or a model instance (copied).
         device: Defaults to cuda:LOCAL_RANK when CUDA is available, else CPU.
+        max_seq_len: Longest episode expected (tokens), for the "auto" memory settings
+            (None: 2048).
+        available_memory: Bytes this trainer may use (None: measured now, see
+            ``agentrl.trainer.memory.available_bytes``).
+
+    Raises:
+        MemoryPlanError: "auto" settings found no configuration that fits.
 
     Example:
         >>> trainer = Trainer(TrainerConfig(), "path/to/model")  # doctest: +SKIP
@@ -98,6 +106,8 @@ class Trainer:
         model: str | Path | nn.Module,
         *,
         device: str | torch.device | None = None,
+        max_seq_len: int | None = None,
+        available_memory: float | None = None,
     ) -> None:
         self.cfg = config
         self.rank, self.world = (
@@ -111,6 +121,17 @@ class Trainer:
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
+        # "auto" token budget / checkpointing / logprob chunk from the memory model.
+        self.memory_plan = trainer_plan(
+            config, model, self.device, world=self.world, max_seq_len=max_seq_len,
+            available=available_memory,
+        )  # fmt: skip
+        self.token_budget = self.memory_plan.token_budget
+        self.gradient_checkpointing = self.memory_plan.gradient_checkpointing
+        self.logprob_chunk = self.memory_plan.logprob_chunk
+        self._peak = PeakMemory(self.device)
+        if self.device.type == "cpu":
+            return_freed_memory()  # freed activations leave RSS (the plan assumes it)
 
         lm, self.source_dir = load_causal_lm(model, config.actor, self.device)
         attn = getattr(cast(Any, lm).config, "_attn_implementation", None)
@@ -135,24 +156,24 @@ class Trainer:
                 if src is model
                 else load_causal_lm(src, config.actor, self.device)[0]
             )
-        if config.actor.gradient_checkpointing:
+        if self.gradient_checkpointing:
             for m in (lm, critic_lm):
                 if m is not None:
                     cast(Any, m).gradient_checkpointing_enable(
                         gradient_checkpointing_kwargs={"use_reentrant": False}
                     )
 
-        u, a = config.update, config.actor
+        a = config.actor
         self.policy = PolicyModule(
             lm,
             value_head=config.uses_critic and config.critic.kind == "value_head",
-            chunk=u.logprob_chunk,
+            chunk=self.logprob_chunk,
             temperature=a.temperature,
         ).to(self.device)
         self.ref = None
         if ref_lm is not None:
             self.ref = PolicyModule(
-                ref_lm, value_head=False, chunk=u.logprob_chunk, temperature=a.temperature
+                ref_lm, value_head=False, chunk=self.logprob_chunk, temperature=a.temperature
             )
             self.ref.to(self.device).eval().requires_grad_(False)
         self.critic = None
@@ -160,11 +181,11 @@ class Trainer:
             self.critic = PolicyModule(
                 critic_lm,
                 value_head=True,
-                chunk=u.logprob_chunk,
+                chunk=self.logprob_chunk,
                 temperature=a.temperature,
                 need_logp=False,
             ).to(self.device)
-        if self.world > 1:
+        if self.world > 1 or (a.fsdp == "always" and dist.is_initialized()):
             from agentrl.trainer.distributed import shard_module
 
             for mod in (self.policy, self.ref, self.critic):
@@ -236,7 +257,7 @@ class Trainer:
         )
         kw = dict(
             strategy=u.strategy,
-            token_budget=u.token_budget,
+            token_budget=self.token_budget,
             micro_batch_size=u.micro_batch_size,
             packing=self.packing,
         )
@@ -306,6 +327,7 @@ class Trainer:
         """
         cfg, timer = self.cfg, PhaseTimer()
         t_start = time.perf_counter()
+        self._peak.reset()
         with timer("prepare"):
             for t in trajectories:
                 t.validate()
@@ -418,5 +440,8 @@ class Trainer:
         metrics["perf/step_tokens_per_s"] = n_tok / max(total_s, 1e-9)
         metrics["time/step"] = total_s
         metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
+        metrics.update(self._peak.metrics())
+        metrics["memory/token_budget"] = float(self.token_budget)
+        metrics["memory/estimated_peak_gb"] = self.memory_plan.estimate.total / 1e9
         metrics["step"] = float(self.global_step)
         return metrics
