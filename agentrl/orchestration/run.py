@@ -34,6 +34,7 @@ from agentrl.orchestration.startup import (
     server_config,
 )
 from agentrl.orchestration.tasks import TaskStream
+from agentrl.orchestration.trainer_memory import preflight_trainer_memory
 from agentrl.rollout import AgentLoop, RolloutRunner
 
 if TYPE_CHECKING:
@@ -204,12 +205,15 @@ async def train(
     from agentrl.trainer import Trainer
 
     prep = prepare(cfg, resume, say)
+    cfg, _ = preflight_trainer_memory(cfg, prep.model_dir, say)  # before any server starts
     await preflight_env(prep.env_cls, cfg.env_kwargs)
     log_dir = str(prep.run.path / "logs")
     fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
     gateway = None
     try:
-        trainer = await asyncio.to_thread(Trainer, cfg.trainer, prep.model_dir)
+        trainer = await asyncio.to_thread(
+            Trainer, cfg.trainer, prep.model_dir, max_seq_len=cfg.rollout.max_total_tokens
+        )
         runner: GroupRunner
         if cfg.agent.solve:  # bring-your-own agent: episodes run through the gateway
             from agentrl.orchestration.agent_mode import make_agent_runner, open_gateway
