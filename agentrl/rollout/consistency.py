@@ -288,9 +288,9 @@ def _check_one(
         for reasoning in _THINK.findall(conv[i].content):
             if reasoning.strip() and reasoning.strip() not in sampled:
                 report.notes.append(
-                    f"[{name}] turn {turn}: the template drops the reasoning of the turn being "
-                    "generated, so the reasoning the model samples never appears in the prompts "
-                    "inference shows"
+                    f"[{name}] turn {turn}: the template does not render this turn's reasoning "
+                    f"({reasoning.strip()[:30]!r}), so what the model samples there never "
+                    "appears in the prompts inference shows"
                 )
         ids = ids + chat.encode(sampled)
         delta_ok, delta_diff = True, ""
