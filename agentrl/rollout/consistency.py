@@ -21,7 +21,7 @@ the template gives:
 A template that raises on a probe is reported (which probe, the template's own
 message), never a crash; probes adapt to what a template accepts (one call per
 turn, 9-character ids, arguments as a JSON string: see
-:class:`agentrl.rollout.tokenization.CallStyle`).
+:class:`agentrl.rollout.template_text.CallStyle`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.rollout.tokenization import (
-    ChatTokenizer,
-    TemplateError,
-    TemplateRenderError,
-    turn_start,
-)
+from agentrl.rollout.template_text import turn_start
+from agentrl.rollout.tokenization import ChatTokenizer, TemplateError, TemplateRenderError
 from agentrl.types import Message, ToolCall
 
 __all__ = [

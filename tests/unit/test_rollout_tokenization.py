@@ -80,7 +80,7 @@ def test_check_reports_a_template_that_rewrites_history(tokenizer):
 
 
 def test_call_ids_are_mapped_to_nine_characters_on_calls_and_results_alike():
-    from agentrl.rollout.tokenization import nine_char_id
+    from agentrl.rollout.template_text import nine_char_id
 
     assert nine_char_id("a1B2c3D4e") == "a1B2c3D4e"  # a native Mistral id is kept
     mapped = nine_char_id("call_0")
