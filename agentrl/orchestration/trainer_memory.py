@@ -17,11 +17,11 @@ from agentrl.orchestration.startup import ComponentError
 from agentrl.trainer.memory import (
     MemoryPlan,
     MemoryPlanError,
-    available_bytes,
     model_shape,
     plan_memory,
     server_bytes,
 )
+from agentrl.trainer.sysmem import available_bytes
 
 __all__ = ["preflight_trainer_memory", "run_available_bytes"]
 

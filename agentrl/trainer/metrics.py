@@ -182,3 +182,22 @@ def batch_metrics(
             }
         )
     return out
+
+
+# Dense bf16 tensor-core peak FLOP/s by GPU name (vendor datasheets, no sparsity).
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
+
+
+def train_flops_per_token(
+    params: int, layers: int, heads: int, head_dim: int, seq_len: float
+) -> float:
+    """Model FLOPs of one trained token: 6·N + 12·n·heads·head_dim·L (PaLM, Chowdhery et
+    al. 2022, appendix B); recomputation by gradient checkpointing is not counted (MFU, not
+    HFU). ``seq_len`` is the mean episode length."""
+    return 6.0 * params + 12.0 * layers * heads * head_dim * seq_len
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, device_name: str) -> float | None:
+    """Model FLOPs utilization against the device's bf16 peak (None for an unknown device)."""
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in device_name), None)
+    return None if peak is None else tokens_per_s * flops_per_token / peak

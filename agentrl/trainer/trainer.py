@@ -40,15 +40,18 @@ from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.correction import compute_correction, offpolicy_diagnostics
 from agentrl.trainer.kl import AdaptiveKLController, FixedKLController
 from agentrl.trainer.losses import explained_variance
-from agentrl.trainer.memory import PeakMemory, return_freed_memory, trainer_plan
+from agentrl.trainer.memory import trainer_plan
 from agentrl.trainer.metrics import (
     PhaseTimer,
     batch_metrics,
     correction_metrics,
     dist_active,
+    mfu,
     reward_metrics,
+    train_flops_per_token,
 )
 from agentrl.trainer.shaping import shape_rewards
+from agentrl.trainer.sysmem import PeakMemory, return_freed_memory
 from agentrl.trainer.update import UpdateInputs, run_update
 from agentrl.types import Trajectory
 
@@ -441,6 +444,13 @@ class Trainer:
         metrics["time/step"] = total_s
         metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
         metrics.update(self._peak.metrics())
+        sh = self.memory_plan.shape
+        if sh is not None and self.device.type == "cuda" and self.compute_dtype == torch.bfloat16:
+            mean_len = float(batch.lengths_B.float().mean())
+            fpt = train_flops_per_token(sh.params, sh.layers, sh.heads, sh.head_dim, mean_len)
+            util = mfu(metrics["perf/tokens_per_s"], fpt, torch.cuda.get_device_name(self.device))
+            if util is not None:  # tokens/s is the whole group's; the peak is per GPU
+                metrics["perf/mfu"] = util / self.world
         metrics["memory/token_budget"] = float(self.token_budget)
         metrics["memory/estimated_peak_gb"] = self.memory_plan.estimate.total / 1e9
         metrics["step"] = float(self.global_step)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.trainer import Trainer, TrainerConfig
+from agentrl.trainer import Trainer, TrainerConfig, sysmem
 from agentrl.trainer import memory as mem
 from agentrl.trainer.actor import chunked_logprobs
 from agentrl.trainer.batch import build_batch
@@ -86,10 +86,15 @@ def test_auto_budget_grows_with_memory_and_turns_checkpointing_on_when_tight() -
     assert not big.gradient_checkpointing and big.token_budget >= 2048
     assert big.estimate.total <= 0.85 * 20 * GB  # the safety margin is kept
     assert small.logprob_chunk == big.logprob_chunk == 512
-    # The chosen budget is the largest that fits: one more token would not.
+    # The chosen budget is the largest that fits (one more token would not), or the cap.
     nxt = estimate_step(SMOL, tokens=small.token_budget + 1, seq_len=1024, checkpointing=True,
                         chunk=512)  # fmt: skip
-    assert small.token_budget == 8192 or nxt.total > 0.85 * 6 * GB
+    assert small.token_budget == mem._MAX_AUTO_BUDGET["cpu"] or nxt.total > 0.85 * 6 * GB
+    tight = plan_memory(SMOL, cfg, max_seq_len=1024, available=5 * GB)
+    nxt = estimate_step(SMOL, tokens=tight.token_budget + 1, seq_len=1024, checkpointing=True,
+                        chunk=512)  # fmt: skip
+    assert tight.gradient_checkpointing and 1024 <= tight.token_budget < 2048
+    assert nxt.total > 0.85 * 5 * GB
 
 
 def test_explicit_settings_are_kept_and_checked() -> None:
@@ -118,11 +123,11 @@ def test_available_reads_the_cgroup_limit(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "max").write_text("10000000000\n")
     (tmp_path / "cur").write_text("4000000000\n")
     (tmp_path / "meminfo").write_text("MemTotal: 99 kB\nMemAvailable: 20000000 kB\n")
-    monkeypatch.setattr(mem, "MEMINFO", str(tmp_path / "meminfo"))
-    monkeypatch.setattr(mem, "CGROUP_FILES", [(str(tmp_path / "max"), str(tmp_path / "cur"))])
-    assert mem.available_bytes("cpu") == 6_000_000_000  # limit - usage < MemAvailable
+    monkeypatch.setattr(sysmem, "MEMINFO", str(tmp_path / "meminfo"))
+    monkeypatch.setattr(sysmem, "CGROUP_FILES", [(str(tmp_path / "max"), str(tmp_path / "cur"))])
+    assert sysmem.available_bytes("cpu") == 6_000_000_000  # limit - usage < MemAvailable
     (tmp_path / "max").write_text("max\n")  # no limit: MemAvailable
-    assert mem.available_bytes("cpu") == 20_000_000 * 1024
+    assert sysmem.available_bytes("cpu") == 20_000_000 * 1024
 
 
 def test_chunked_logprobs_equal_unchunked_hand_values() -> None:
@@ -215,3 +220,12 @@ def test_fsdp_always_shards_one_worker_with_the_same_update() -> None:
     assert m_s["actor/grad_norm"] == pytest.approx(m_p["actor/grad_norm"], rel=1e-6)
     for k, v in plain.policy.named_parameters():
         torch.testing.assert_close(full[k], v.detach(), atol=1e-6, rtol=0)
+
+
+def test_mfu_helpers_by_hand() -> None:
+    from agentrl.trainer.metrics import mfu, train_flops_per_token
+
+    # 6·N + 12·layers·heads·head_dim·L = 600 + 12·2·3·4·10
+    assert train_flops_per_token(100, 2, 3, 4, 10.0) == 600 + 2880
+    assert mfu(1000.0, 989e6, "NVIDIA H100 80GB HBM3") == pytest.approx(1e-3)
+    assert mfu(1000.0, 1e9, "Some CPU") is None
