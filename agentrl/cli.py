@@ -21,6 +21,15 @@ app.add_typer(sandbox_app, name="sandbox")
 console = Console()
 
 
+def _add_model_app() -> None:
+    from agentrl.cli_model import model_app
+
+    app.add_typer(model_app, name="model")
+
+
+_add_model_app()
+
+
 def _fail(message: str) -> typer.Exit:
     console.print(f"[bold red]error:[/] {message}")
     return typer.Exit(code=2)
@@ -31,6 +40,13 @@ def _load_tokenizer(model: str) -> Any:
         from agentrl.models.tokenizer import build_tokenizer
 
         return build_tokenizer()
+    from agentrl.models.gguf import ModelImportError
+    from agentrl.models.registry import resolve_model
+
+    try:
+        model = resolve_model(model)
+    except ModelImportError as e:
+        raise _fail(str(e)) from e
     path = Path(model)
     if not path.exists():
         raise _fail(f"model path {model!r} does not exist (give a directory with a tokenizer)")

@@ -250,12 +250,16 @@ async def train(
 async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:
     """Attaches to ``inference.urls`` (checked first), or launches ``num_servers`` servers."""
     from agentrl.inference.fleet import Fleet
+    from agentrl.inference.server import ServerStartError
 
     cfg = prep.cfg
     if cfg.inference.urls:
         await check_servers(cfg.inference.urls)
         return await Fleet.attach(cfg.inference.urls)
-    return await Fleet.launch(server_config(cfg, prep.model_dir, log_dir), num_servers)
+    try:
+        return await Fleet.launch(server_config(cfg, prep.model_dir, log_dir), num_servers)
+    except ServerStartError as e:  # before the trainer starts: the run stops with vLLM's reason
+        raise ComponentError(f"inference server cannot start: {e}") from e
 
 
 async def _evaluate(prep: Prepared, llm: LLMClient) -> dict[str, float]:

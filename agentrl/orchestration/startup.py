@@ -85,15 +85,24 @@ def loop_config(cfg: RunConfig) -> LoopConfig:
         sampling=SamplingParams(temperature=r.temperature, top_p=r.top_p),
         tool_timeout_s=r.tool_timeout_s,
         max_tool_output_chars=r.max_tool_output_chars,
+        tool_parser=r.tool_parser,
+        reasoning_parser=r.reasoning_parser,
         template_strategy=r.template_strategy,
         inject_tools=r.inject_tools,
     )
 
 
 def resolve_model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
-    """``model.path``, or the tiny default model's directory (built if missing)."""
+    """``model.path`` (a named model such as ``smollm2-135m`` resolves to its cached
+    directory, fetched if missing), or the tiny default model's directory (built if missing)."""
     if cfg.model.path:
-        return cfg.model.path
+        from agentrl.models.gguf import ModelImportError
+        from agentrl.models.registry import resolve_model
+
+        try:
+            return resolve_model(cfg.model.path, log=say)
+        except ModelImportError as e:
+            raise ComponentError(f"model {cfg.model.path!r}: {e}") from e
     from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 
     return str(ensure_tiny_model(TinyRecipe(seed=cfg.model.tiny_seed), log=say))
