@@ -70,6 +70,11 @@ class InferenceConfig(_Strict):
     )
     max_model_len: int = Field(4096, gt=0, description="Context length the servers accept.")
     kv_cache_gb: float = Field(2.0, gt=0, description="KV cache per server, GiB (CPU build).")
+    dtype: str = Field(
+        "auto",
+        description="vLLM --dtype of the servers ('auto': vLLM's choice, which on CPU "
+        "downcasts a float32 model to bfloat16; 'float32' matches an fp32 trainer's logprobs).",
+    )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="GPU build only.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Seconds to wait for readiness.")
     request_timeout_s: float = Field(600.0, gt=0, description="Timeout of one generate call.")

@@ -44,7 +44,7 @@ __all__ = [
     "supported_architectures",
 ]
 
-_CONVERTER_VERSION = 1
+_CONVERTER_VERSION = 2
 MARKER = "agentrl_import.json"
 """Written last into a converted directory: its presence means the directory is complete."""
 
@@ -176,6 +176,8 @@ def convert_gguf(
         )
     model.tie_weights()
     del loaded
+    if getattr(config, "max_position_embeddings", None):
+        tok.model_max_length = int(config.max_position_embeddings)
     model.generation_config = GenerationConfig(
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
@@ -185,18 +187,19 @@ def convert_gguf(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
-    record = {
+    n_params = sum(p.numel() for p in model.parameters())
+    record: dict[str, Any] = {
         "source": src.name,
         "sha256": file_digest(src),
         "architecture": arch,
         "model_type": config.model_type,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": n_params,
         "eos_token": eot,
         "converter_version": _CONVERTER_VERSION,
         "seconds": round(time.monotonic() - t0, 1),
     }
     (out / MARKER).write_text(json.dumps(record, indent=2))
-    say(f"wrote {out} ({record['parameters'] / 1e6:.0f}M parameters, eos {eot})")
+    say(f"wrote {out} ({n_params / 1e6:.0f}M parameters, eos {eot})")
     return record
 
 
@@ -241,6 +244,7 @@ def import_gguf(
             convert_gguf(src, tmp, log=log)
             if final.exists():
                 shutil.rmtree(final)
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the tiny model's
             tmp.rename(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

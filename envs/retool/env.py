@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +35,7 @@ from .reward import extract_boxed, score
 if TYPE_CHECKING:  # agentrl.models pulls in transformers: only the warm start needs it
     from agentrl.models.demos import Demo
 
-__all__ = ["SYSTEM_PROMPT", "LazySandbox", "RetoolEnv"]
+__all__ = ["SYSTEM_PROMPT", "LazySandbox", "RetoolEnv", "worked_example_messages"]
 
 _T = TypeVar("_T")
 
@@ -43,6 +44,34 @@ SYSTEM_PROMPT = (
     "what the program prints. Use it for any arithmetic you cannot do exactly in your head. "
     "When you know the answer, write it as \\boxed{ANSWER}."
 )
+
+_WORKED = (
+    ("What is 37 * 91 - 8?", "print(37 * 91 - 8)", "3359"),
+    ("Compute 4821 + 77 + 930.", "print(4821 + 77 + 930)", "5828"),
+    ("Find the value of 9137 % 41.", "print(9137 % 41)", "35"),
+)
+
+
+def worked_example_messages(n: int) -> list[Message]:
+    """``n`` (at most 3) solved exchanges in the Hermes tool-call format, as prior turns.
+
+    For a small model whose chat template cannot show tools (SmolLM2's ChatML): a
+    question, a ``python`` call written as text, the tool's output and the boxed answer
+    teach the format by example where a schema in the system message does not.
+    """
+    if not 0 <= n <= len(_WORKED):
+        raise ValueError(f"worked_examples must be 0..{len(_WORKED)}, got {n}")
+    out: list[Message] = []
+    for question, code, answer in _WORKED[:n]:
+        call = json.dumps({"name": "python", "arguments": {"code": code}})
+        out += [
+            Message.user(question),
+            Message.assistant(f"<tool_call>\n{call}\n</tool_call>"),
+            Message.tool(answer),
+            Message.assistant(f"\\boxed{{{answer}}}"),
+        ]
+    return out
+
 
 SandboxFactory = Callable[[], Sandbox | Awaitable[Sandbox]]
 
@@ -154,6 +183,8 @@ class RetoolEnv(Env):
         format_reward: Added for a well-formed ``\\boxed{}`` answer, right or wrong (0: off).
         system_prompt: Sent first unless the task's prompt has its own system message.
         code_timeout_s: Wall-clock limit of one code run (None: the sandbox's limit).
+        worked_examples: Solved exchanges shown before the task (0-3; see
+            :func:`worked_example_messages`), for a model that must be taught the tool format.
     """
 
     name = "retool"
@@ -167,7 +198,9 @@ class RetoolEnv(Env):
         format_reward: float = 0.0,
         system_prompt: str = SYSTEM_PROMPT,
         code_timeout_s: float | None = 10.0,
+        worked_examples: int = 0,
     ) -> None:
+        self._examples = worked_example_messages(worked_examples)
         self.format_reward = float(format_reward)
         self.system_prompt = system_prompt
         self.code_timeout_s = code_timeout_s
@@ -226,6 +259,9 @@ class RetoolEnv(Env):
         if self.sandbox.closed:  # reused after close(): the next tool call gets a new sandbox
             self._new_sandbox()
         msgs = list(self.task.messages)
+        if self._examples:
+            at = next((i for i, m in enumerate(msgs) if m.role != "system"), len(msgs))
+            msgs[at:at] = self._examples
         if self.system_prompt and not any(m.role == "system" for m in msgs):
             msgs.insert(0, Message.system(self.system_prompt))
         return msgs
