@@ -144,7 +144,9 @@ def offpolicy_diagnostics(
       kl_k3 = E[ρ - 1 - log ρ]           (KL(μ‖π), k3)
       chi2_token = E[ρ²] - 1;  chi2_seq = E_seq[(Π ρ)²] - 1   (χ²(π‖μ), the IS variance)
       ppl_ratio = mean over episodes of PPL_π / PPL_μ = exp(mean_t(log μ - log π))
-      rho_min / rho_mean / rho_max over tokens.
+      rho_min / rho_mean / rho_max over tokens;
+      logp_absdiff_mean / logp_absdiff_max = mean / max over tokens of |log π - log μ|
+      (train–inference parity: near 0 when trainer and sampler hold the same weights).
     """
     n = mask_BR.sum()
     if n == 0:
@@ -164,4 +166,6 @@ def offpolicy_diagnostics(
         "rho_min": float(rho_BR[m].min()),
         "rho_mean": float(rho_BR[m].mean()),
         "rho_max": float(rho_BR[m].max()),
+        "logp_absdiff_mean": float(log_rho_BR.abs().sum() / n),
+        "logp_absdiff_max": float(log_rho_BR.abs().max()),
     }

@@ -97,12 +97,16 @@ def test_offpolicy_diagnostics_by_hand() -> None:
     assert d["ppl_ratio"] == pytest.approx((0.941036 + 0.288675) / 2, abs=1e-5)
     assert (d["rho_min"], d["rho_max"]) == pytest.approx((0.4, 6.0))
     assert d["rho_mean"] == pytest.approx(12.4 / 5)
+    # |log π - log μ| = |log ρ|: mean (0.91629 + 0 + 1.09861 + 0.69315 + 1.79176)/5, max log 6
+    assert d["logp_absdiff_mean"] == pytest.approx(sum(abs(x) for x in logs) / 5, abs=1e-5)
+    assert d["logp_absdiff_max"] == pytest.approx(math.log(6.0), abs=1e-5)
 
 
 def test_identical_policies_have_no_mismatch() -> None:
     d = offpolicy_diagnostics(MU, MU, MASK)
     assert d["kl_k1"] == 0.0 and d["kl_k3"] == 0.0 and d["chi2_token"] == pytest.approx(0.0)
     assert d["ppl_ratio"] == pytest.approx(1.0)
+    assert d["logp_absdiff_mean"] == 0.0 and d["logp_absdiff_max"] == 0.0
 
 
 # ----------------------------------------------------------------- issue #13 defects 5, 6
