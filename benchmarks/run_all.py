@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = [
     "benchmarks.rollout_overhead",
     "benchmarks.delta_tokenization",
+    "benchmarks.parsers",
     "benchmarks.async_speedup",
     "benchmarks.async_real",
     "benchmarks.sandbox_local",
