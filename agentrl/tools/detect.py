@@ -66,7 +66,11 @@ _TOOL_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
     ("openai", lambda has: has("<|channel|>") and has("<|call|>")),
     ("granite", lambda has: has("<|tool_call|>")),
     ("qwen3_xml", lambda has: has("<tool_call>") and has("<function=")),
-    ("hermes", lambda has: has("<tool_call>") and not has("<function=")),
+    ("glm45", lambda has: has("<tool_call>") and has("<arg_key>")),
+    (
+        "hermes",
+        lambda has: has("<tool_call>") and not has("<function=") and not has("<arg_key>"),
+    ),
     ("llama4_pythonic", lambda has: has("<|python_start|>")),
     ("pythonic", lambda has: has("func_name1(") and not has("<|python_start|>")),
     (

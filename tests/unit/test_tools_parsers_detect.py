@@ -56,6 +56,10 @@ QWEN3_CODER = (
 )
 LLAMA4 = "<|header_start|>assistant<|header_end|>\n\n<|python_start|>[{{ call }}]<|python_end|>"
 KIMI = "<|tool_calls_section_begin|><|tool_call_begin|>{{ id }}<|tool_call_argument_begin|>"
+GLM45 = (
+    "<|assistant|>{{- '\\n<tool_call>' + tc.name }}{% for k, v in tc.arguments.items() %}"
+    "\n<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>{% endfor %}</tool_call>"
+)
 MAGISTRAL = "[INST]{{ m }}[/INST][THINK]{{ thinking }}[/THINK][TOOL_CALLS]{{ name }}[ARGS]"
 
 
@@ -67,8 +71,9 @@ MAGISTRAL = "[INST]{{ m }}[/INST][THINK]{{ thinking }}[/THINK][TOOL_CALLS]{{ nam
         (LLAMA4, DetectedParsers("llama4_pythonic", None)),
         (KIMI, DetectedParsers("kimi_k2", None)),
         (MAGISTRAL, DetectedParsers("mistral", "mistral")),
+        (GLM45, DetectedParsers("glm45", None)),
     ],
-    ids=["deepseek-r1", "qwen3-coder", "llama4", "kimi-k2", "magistral"],
+    ids=["deepseek-r1", "qwen3-coder", "llama4", "kimi-k2", "magistral", "glm45"],
 )
 def test_template_fragments(template: str, expected: DetectedParsers) -> None:
     assert detect_parsers(tokenizer(template)) == expected

@@ -219,6 +219,22 @@ def test_kimi_k2_keeps_its_own_call_ids() -> None:
     assert out.tool_calls[0].id == "functions.add:0"
 
 
+def test_glm45_arg_key_value_format() -> None:
+    marks = (
+        "<tool_call>",
+        "</tool_call>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+    )
+    out = make_tool_parser("glm45", family_tokenizer(*marks)).parse(
+        "Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+        "<arg_value>Paris</arg_value>\n</tool_call>"
+    )
+    assert out.content == "Let me check." and calls(out) == [("get_weather", {"city": "Paris"})]
+
+
 def test_gpt_oss_stub_is_refused_with_a_reason() -> None:
     # vLLM's "openai" (harmony) tool parser is a stub; its HarmonyParser needs
     # the o200k_harmony encoding files, which cannot be fetched here.
