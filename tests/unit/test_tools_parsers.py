@@ -118,3 +118,15 @@ def test_parser_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     assert get_parser("fake").parse("hi") == ParsedOutput("HI")
     with pytest.raises(ValueError, match="already registered"):
         parsers_mod.register_parser("hermes", Fake)
+
+
+def test_hermes_fallback_survives_deep_nesting_and_huge_integers() -> None:
+    parser = P
+    deep = parser.parse(
+        '<tool_call>{"name": "f", "arguments": {"x": ' + "[" * 3000 + "]" * 3000 + "}}</tool_call>"
+    )
+    digits = parser.parse(
+        '<tool_call>{"name": "f", "arguments": {"x": ' + "7" * 5000 + "}}</tool_call>"
+    )
+    assert deep.tool_calls == () and "RecursionError" in deep.errors[0]
+    assert digits.tool_calls == () and "ValueError" in digits.errors[0]
