@@ -254,8 +254,9 @@ class VLLMReasoningParser:
         tokenizer: The policy's Hugging Face tokenizer.
 
     Raises:
-        ValueError: vLLM is not installed, ``name`` is not registered, or the
-            parser does not accept this tokenizer (e.g. it lacks ``<think>``).
+        ValueError: vLLM is not installed, ``name`` is not registered, the
+            parser does not accept this tokenizer (e.g. it lacks ``<think>``), or
+            it cannot split a finished turn (a stub, like ``openai_gptoss``).
     """
 
     def __init__(self, name: str, tokenizer: Any) -> None:
@@ -279,6 +280,15 @@ class VLLMReasoningParser:
                 f"({type(e).__name__}: {e}); is it the right family for the model?"
             ) from e
         self._request = _request(None)
+        try:
+            self._parser.extract_reasoning("", self._request)
+        except NotImplementedError as e:
+            raise ValueError(
+                f"vLLM's {name!r} reasoning parser cannot split a finished turn ({e}); "
+                "pick another parser or none"
+            ) from e
+        except Exception:
+            pass  # empty text is not a turn
 
     def split(self, text: str) -> tuple[str, str]:
         """(reasoning, content) of one turn; the whole text is content if the parser fails.

@@ -235,11 +235,14 @@ def test_glm45_arg_key_value_format() -> None:
     assert out.content == "Let me check." and calls(out) == [("get_weather", {"city": "Paris"})]
 
 
-def test_gpt_oss_stub_is_refused_with_a_reason() -> None:
-    # vLLM's "openai" (harmony) tool parser is a stub; its HarmonyParser needs
+def test_gpt_oss_stubs_are_refused_with_a_reason() -> None:
+    # vLLM's harmony tool and reasoning parsers are stubs; its HarmonyParser needs
     # the o200k_harmony encoding files, which cannot be fetched here.
+    tok = family_tokenizer("<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|call|>")
     with pytest.raises(ValueError, match="'openai' tool-call parser cannot parse a finished turn"):
-        make_tool_parser("openai", family_tokenizer("<|channel|>", "<|call|>"))
+        make_tool_parser("openai", tok)
+    with pytest.raises(ValueError, match="'openai_gptoss' reasoning parser cannot split"):
+        make_reasoning_parser("openai_gptoss", tok)
 
 
 # --- reasoning ------------------------------------------------------------------------------
