@@ -74,3 +74,32 @@ def test_too_little_memory_names_the_settings(tmp_path: Path) -> None:
     big = RunConfig.model_validate({"inference": {"num_servers": 2, "kv_cache_gb": 6}})
     with pytest.raises(ComponentError, match=r"rollout.max_total_tokens=1024 .*kv_cache_gb"):
         tm.preflight_trainer_memory(big, _config_dir(tmp_path, "qwen2.5-0.5b"), print)
+
+
+async def test_train_stops_before_any_server_starts(
+    tmp_path: Path, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agentrl train` with the old defaults on a 135M model: a named error, no server, no OOM."""
+    from agentrl.inference.fleet import Fleet
+    from agentrl.orchestration.run import train
+
+    model_dir = _config_dir(tmp_path, "smollm2-135m")  # config + tokenizer, no weights needed
+    tokenizer.save_pretrained(model_dir)
+
+    async def no_launch(*a: object, **k: object) -> None:
+        raise AssertionError("a server was started before the memory check")
+
+    monkeypatch.setattr(Fleet, "launch", no_launch)
+    cfg = RunConfig.model_validate(
+        {
+            "model": {"path": model_dir},
+            "output_dir": str(tmp_path / "runs"),
+            "wandb": "disabled",
+            "trainer": {
+                "update": {"token_budget": 8192},
+                "actor": {"gradient_checkpointing": False},
+            },
+        }
+    )
+    with pytest.raises(ComponentError, match=r"trainer.update.token_budget=8192 .*needs ~"):
+        await train(cfg, say=lambda s: None)
