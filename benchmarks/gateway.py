@@ -144,8 +144,13 @@ async def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "--latency-ms", type=float, nargs="*", default=[0.0, 200.0],
         help="Scripted generation latencies to measure (0: pure overhead).",
     )  # fmt: skip
-    p.add_argument("--vllm", default=None, help="Also measure against this vLLM server URL.")
+    p.add_argument(
+        "--vllm", default=None,
+        help="Also measure against this vLLM server URL ('tiny': start one serving the "
+        "untrained tiny model).",
+    )  # fmt: skip
     p.add_argument("--model", default=None, help="Tokenizer directory of the --vllm model.")
+    p.add_argument("--vllm-episodes", type=int, default=64, help="Episodes of the vLLM regime.")
     a = p.parse_args(argv)
     tok = build_tokenizer(seed=0)
     results = []
@@ -153,14 +158,33 @@ async def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         llm = Delayed(ScriptedLLM(RandomPolicy(3000, tok.eos_token_id, 4, 16)), ms / 1000)
         results.append(await _compare(f"scripted latency {ms:g} ms", llm, tok, a))
     if a.vllm:
-        from transformers import AutoTokenizer
-
-        from agentrl.inference.client import CompletionsClient
-
-        vtok = AutoTokenizer.from_pretrained(a.model) if a.model else tok
-        async with CompletionsClient(a.vllm) as client:
-            results.append(await _compare("vLLM", client, vtok, a))
+        results.append(await _vllm(a, tok))
     return results
+
+
+async def _vllm(a: argparse.Namespace, tok: Any) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from agentrl.inference.client import CompletionsClient
+
+    server = None
+    url, model = a.vllm, a.model
+    if url == "tiny":  # the untrained tiny model: same architecture and tokenizer, seconds to build
+        from agentrl.inference.server import ServerConfig, VLLMServer
+        from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
+
+        model = str(ensure_tiny_model(TinyRecipe(steps=0, copy_steps=0, num_demos=0)))
+        server = VLLMServer(ServerConfig(model=model, dtype="float32", max_model_len=4096))
+        await server.start()
+        url = server.url
+    try:
+        vtok = AutoTokenizer.from_pretrained(model) if model else tok
+        async with CompletionsClient(url) as client:
+            sub = argparse.Namespace(**{**vars(a), "episodes": a.vllm_episodes})
+            return await _compare("vLLM", client, vtok, sub)
+    finally:
+        if server is not None:
+            await server.stop()
 
 
 if __name__ == "__main__":
