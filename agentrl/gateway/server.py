@@ -28,14 +28,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agentrl.gateway.openai_api import (
     ApiError,
-    chat_body,
-    chat_chunks,
-    completion_body,
     error_body,
     parse_chat_request,
     parse_completion_request,
 )
-from agentrl.gateway.session import GatewayLimits, Session, Templates
+from agentrl.gateway.responses import chat_body, chat_chunks, completion_body
+from agentrl.gateway.session import GatewayLimits, Session
+from agentrl.gateway.templates import Templates
 from agentrl.llm import LLMClient
 from agentrl.types import StopReason
 
@@ -88,7 +87,11 @@ class Gateway:
         self.limits = limits or GatewayLimits()
         self.host = host
         self.port = port
-        self.templates = Templates(tokenizer, self.limits, parser)
+        lim = self.limits
+        self.templates = Templates(
+            tokenizer, tool_parser=lim.tool_parser, reasoning_parser=lim.reasoning_parser,
+            inject_tools=lim.inject_tools, parser=parser,
+        )  # fmt: skip
         self.sessions: dict[str, Session] = {}
         self.app = self._make_app()
         self._server: Any = None

@@ -22,19 +22,19 @@ import asyncio
 import json
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentrl.gateway.openai_api import ApiError, ChatRequest, CompletionRequest, Reply, Sampling
+from agentrl.gateway.openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 from agentrl.gateway.record import Segment, to_trajectory
+from agentrl.gateway.responses import Reply
+from agentrl.gateway.templates import Templates
 from agentrl.llm import Generation, LLMClient, LLMError, SamplingParams
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
-from agentrl.tools import make_turn_parser
 from agentrl.types import Message, StopReason, ToolCall, Trajectory
 
-__all__ = ["GatewayLimits", "Session", "Templates"]
+__all__ = ["GatewayLimits", "Session"]
 
 
 @dataclass(frozen=True)
@@ -66,49 +66,6 @@ class GatewayLimits:
     strategy: str = "as_sampled"
     inject_tools: bool = False
     model_name: str = "agentrl-policy"
-
-
-class Templates:
-    """One ChatTokenizer per tool set, shared by every session (building one probes the
-    template), and the run's turn parser.
-
-    Args:
-        tokenizer: The policy's tokenizer.
-        limits: Parser names and the tools fallback.
-        parser: A turn parser to use instead of the one ``limits`` names.
-        size: Most tool sets kept.
-    """
-
-    def __init__(
-        self, tokenizer: Any, limits: GatewayLimits, parser: Any = None, size: int = 64
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.inject_tools = limits.inject_tools
-        self.parser = parser or make_turn_parser(
-            limits.tool_parser, limits.reasoning_parser, tokenizer
-        )
-        self.size = size
-        self._chats: OrderedDict[str, ChatTokenizer] = OrderedDict()
-
-    def chat(self, tools: list[dict[str, Any]], key: str) -> ChatTokenizer:
-        """The ChatTokenizer rendering ``tools`` (``key``: their canonical JSON)."""
-        if key in self._chats:
-            self._chats.move_to_end(key)
-            return self._chats[key]
-        try:
-            chat = ChatTokenizer(self.tokenizer, tools=tools, inject_tools=self.inject_tools)
-        except TemplateError as e:
-            raise ApiError(400, f"cannot render these tools: {e}", param="tools") from e
-        self._chats[key] = chat
-        if len(self._chats) > self.size:
-            self._chats.popitem(last=False)
-        return chat
-
-    def parse(self, text: str, tools: list[dict[str, Any]]) -> Any:
-        """The turn parser's output for ``text`` with ``tools``."""
-        bind = getattr(self.parser, "with_tools", None)
-        parser = bind(tools) if callable(bind) else self.parser
-        return parser.parse(text)
 
 
 def _canon(obj: Any) -> str:

@@ -149,6 +149,26 @@ async def test_retool_agent_trains_fully_async_with_partial_rollout(
     assert versions <= {0, 1}  # at most one version behind
 
 
+def test_agent_run_resumes_without_repeating_tasks(untrained_model_dir, server_url, tmp_path):
+    from agentrl.orchestration.run import train_from_cli
+
+    args = _overrides(
+        untrained_model_dir, server_url, tmp_path, steps=1, run_name="r", env="retool",
+        **{"agent.solve": RETOOL},
+    )  # fmt: skip
+    first = train_from_cli(None, args, None, lambda _m: None)
+    assert first.steps_done == 1
+    # The run directory's config keeps agent.solve: the resumed run trains the agent again.
+    resumed = train_from_cli(None, ["steps=2"], str(first.run_dir), lambda _m: None)
+    assert resumed.steps_done == 2
+    assert [m["step"] for m in _train_lines(first.run_dir)] == [1, 2]
+    seen = [
+        {int(t.group_id.split(":")[1]) for t in read_trajectories(p)}
+        for p in sorted((first.run_dir / "trajectories").glob("step_*.parquet"))
+    ]
+    assert seen == [{0, 1}, {2, 3}]
+
+
 async def test_swe_bash_agent_trains(untrained_model_dir, server_url, docker_image, tmp_path):
     cfg = load_config(
         None,
