@@ -45,8 +45,13 @@ _SCHEMA = pa.schema(
         ("metrics", pa.string()),
         ("info", pa.string()),
         ("error", pa.string()),
+        ("strategy", pa.string()),
+        ("sample_starts", pa.list_(pa.int32())),
     ]
 )
+
+# Columns added after files were first written, with the value an old file reads as.
+_LATER_COLUMNS: dict[str, Any] = {"strategy": "as_sampled", "sample_starts": []}
 
 
 def _json(x: Any) -> str:
@@ -54,7 +59,11 @@ def _json(x: Any) -> str:
 
 
 def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
-    """Writes trajectories to a parquet file (zstd), one row per episode."""
+    """Writes trajectories to a parquet file (zstd), one row per episode.
+
+    Every Trajectory field is stored; ``rollout_logprobs`` as float32 (about 7
+    significant digits), the rest exactly.
+    """
     cols: dict[str, list[Any]] = {f.name: [] for f in _SCHEMA}
     for t in trajs:
         cols["episode_id"].append(t.episode_id)
@@ -73,6 +82,8 @@ def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
         cols["metrics"].append(_json(t.metrics))
         cols["info"].append(_json(t.info))
         cols["error"].append(t.error)
+        cols["strategy"].append(t.strategy)
+        cols["sample_starts"].append(t.sample_starts)
     path = Path(path)
     tmp = path.with_suffix(".tmp")
     pq.write_table(pa.table(cols, schema=_SCHEMA), tmp, compression="zstd")
@@ -80,10 +91,15 @@ def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
-    """Reads a file written by :func:`write_trajectories` back into Trajectory objects."""
+    """Reads a file written by :func:`write_trajectories` back into Trajectory objects.
+
+    Files written before a column existed read that field as its default
+    (``strategy="as_sampled"``, no ``sample_starts``: one sample per episode).
+    """
     rows = pq.read_table(path).to_pylist()
     out = []
     for r in rows:
+        r = {**_LATER_COLUMNS, **r}
         out.append(
             Trajectory(
                 task_id=r["task_id"],
@@ -102,6 +118,8 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
                 metrics=json.loads(r["metrics"]),
                 info=json.loads(r["info"]),
                 error=r["error"],
+                strategy=r["strategy"],
+                sample_starts=list(r["sample_starts"]),
             )
         )
     return out
