@@ -198,7 +198,7 @@ def view_cmd(
     step: Annotated[int | None, typer.Option(help="Step to show (default: the last).")] = None,
     episode: Annotated[int, typer.Option(help="Index of the episode in that step.")] = 0,
 ) -> None:
-    """Show one recorded episode of a run: messages, reward, stop reason, token counts."""
+    """Show one recorded episode: messages, reasoning, reward, stop, tokens, strategy."""
     from agentrl.logging.run_dir import read_trajectories
 
     files = sorted(Path(run_dir, "trajectories").glob("step_*.parquet"))
@@ -216,8 +216,12 @@ def view_cmd(
         f"stop {t.stop_reason} turns {t.num_turns} tokens {len(t)} (model {t.num_model_tokens})",
         markup=False,
     )
+    samples = f" ({len(t.samples())} samples)" if t.strategy == "per_turn" else ""
+    console.print(f"strategy {t.strategy}{samples}", markup=False)
     for m in t.messages:
         calls = "".join(f"\n  -> {c.name}({c.arguments})" for c in m.tool_calls)
+        if m.reasoning:
+            console.print(f"[{m.role} reasoning] {m.reasoning}", markup=False)
         console.print(f"[{m.role}] {m.content}{calls}", markup=False)
     if t.error:
         console.print(f"error: {t.error}", markup=False)
