@@ -6,14 +6,12 @@ It imports nothing from rollout, inference or orchestration: a list of
 
 from __future__ import annotations
 
-import copy
-import math
 import os
 import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,8 +21,6 @@ from torch import nn
 from agentrl.trainer import state as _state
 from agentrl.trainer.actor import (
     ForwardOut,
-    PolicyModule,
-    load_causal_lm,
     resolve_dtype,
     run_micro_batch,
 )
@@ -50,6 +46,7 @@ from agentrl.trainer.metrics import (
     reward_metrics,
     train_flops_per_token,
 )
+from agentrl.trainer.networks import build_networks, build_optimizers
 from agentrl.trainer.shaping import shape_rewards
 from agentrl.trainer.sysmem import PeakMemory, return_freed_memory
 from agentrl.trainer.update import UpdateInputs, run_update
@@ -60,24 +57,6 @@ __all__ = ["NonFiniteError", "Trainer"]
 
 class NonFiniteError(FloatingPointError):
     """A loss or gradient became NaN/inf; the optimizer step was not taken."""
-
-
-def _lr_lambda(cfg: TrainerConfig) -> Any:
-    o = cfg.optim
-
-    def f(step: int) -> float:
-        # Linear warm-up (Goyal et al. 2017), then constant / linear / cosine decay
-        # (Loshchilov & Hutter 2017) to min_lr_ratio.
-        if o.warmup_steps and step < o.warmup_steps:
-            return (step + 1) / o.warmup_steps
-        if o.schedule == "constant" or o.total_steps is None:
-            return 1.0
-        span = max(o.total_steps - o.warmup_steps, 1)
-        p = min(max(step - o.warmup_steps, 0) / span, 1.0)
-        decay = 1.0 - p if o.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
-        return o.min_lr_ratio + (1.0 - o.min_lr_ratio) * decay
-
-    return f
 
 
 class Trainer:
@@ -136,83 +115,20 @@ class Trainer:
         if self.device.type == "cpu":
             return_freed_memory()  # freed activations leave RSS (the plan assumes it)
 
-        lm, self.source_dir = load_causal_lm(model, config.actor, self.device)
-        attn = getattr(cast(Any, lm).config, "_attn_implementation", None)
-        # Packing only pays with varlen attention; dense (sdpa/eager) attention over a packed
-        # row spends FLOPs on the masked cross-episode blocks.
-        self.packing = (
-            config.update.packing
-            if config.update.packing is not None
-            else attn == "flash_attention_2"
+        nets = build_networks(
+            config,
+            model,
+            self.device,
+            world=self.world,
+            gradient_checkpointing=self.gradient_checkpointing,
+            logprob_chunk=self.logprob_chunk,
         )
-        ref_lm = None
-        if config.kl.enabled:
-            if config.kl.ref_model_path:
-                ref_lm, _ = load_causal_lm(config.kl.ref_model_path, config.actor, self.device)
-            else:
-                ref_lm = copy.deepcopy(lm)
-        critic_lm = None
-        if config.uses_critic and config.critic.kind == "separate":
-            src = config.critic.model_path or model
-            critic_lm = (
-                copy.deepcopy(lm)
-                if src is model
-                else load_causal_lm(src, config.actor, self.device)[0]
-            )
-        if self.gradient_checkpointing:
-            for m in (lm, critic_lm):
-                if m is not None:
-                    cast(Any, m).gradient_checkpointing_enable(
-                        gradient_checkpointing_kwargs={"use_reentrant": False}
-                    )
-
-        a = config.actor
-        self.policy = PolicyModule(
-            lm,
-            value_head=config.uses_critic and config.critic.kind == "value_head",
-            chunk=self.logprob_chunk,
-            temperature=a.temperature,
-        ).to(self.device)
-        self.ref = None
-        if ref_lm is not None:
-            self.ref = PolicyModule(
-                ref_lm, value_head=False, chunk=self.logprob_chunk, temperature=a.temperature
-            )
-            self.ref.to(self.device).eval().requires_grad_(False)
-        self.critic = None
-        if critic_lm is not None:
-            self.critic = PolicyModule(
-                critic_lm,
-                value_head=True,
-                chunk=self.logprob_chunk,
-                temperature=a.temperature,
-                need_logp=False,
-            ).to(self.device)
-        if self.world > 1 or (a.fsdp == "always" and dist.is_initialized()):
-            from agentrl.trainer.distributed import shard_module
-
-            for mod in (self.policy, self.ref, self.critic):
-                if mod is not None:
-                    shard_module(mod)
-
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(config))
-        self.critic_optimizer = None
-        self.critic_scheduler = None
-        if self.critic is not None:
-            self.critic_optimizer = torch.optim.AdamW(
-                self.critic.parameters(),
-                lr=config.critic.lr or o.lr,
-                betas=o.betas,
-                eps=o.eps,
-                weight_decay=o.weight_decay,
-            )
-            self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.critic_optimizer, _lr_lambda(config)
-            )
+        self.policy, self.ref, self.critic = nets.policy, nets.ref, nets.critic
+        self.source_dir, self.packing = nets.source_dir, nets.packing
+        opts = build_optimizers(config, self.policy, self.critic)
+        self.optimizer, self.scheduler = opts.optimizer, opts.scheduler
+        self.critic_optimizer = opts.critic_optimizer
+        self.critic_scheduler = opts.critic_scheduler
         k = config.kl
         self.kl_ctl: FixedKLController | AdaptiveKLController = (
             AdaptiveKLController(k.coef, k.target, k.horizon)
