@@ -11,8 +11,11 @@ Both talk to the same LLM:
 * vLLM (``--vllm URL``): a real server, e.g. one started by ``make serve-tiny``.
 
 Each regime runs ``--episodes`` episodes with up to ``--concurrency`` in flight (256
-sessions held at once by default) and prints episodes/s of each path and their
-ratio (target: gateway/native ≥ 0.9), plus the most sessions the gateway held.
+sessions held at once by default) and prints episodes/s, model turns/s and model
+tokens/s of each path and their ratios (target: gateway/native ≥ 0.9), plus the
+most sessions the gateway held. (The native AgentLoop ends an episode at a turn cut
+by ``max_tokens``, an agent may go on, so on a model that rarely stops, such as the
+untrained tiny one, compare turns/s and tokens/s.)
 Run: ``python -m benchmarks.gateway [--episodes 256 --turns 4 --latency-ms 200]``.
 """
 
@@ -85,9 +88,23 @@ async def _native(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> d
     runner = RolloutRunner(AgentLoop(llm, tok, cfg), lambda: GoOn(turns), max_concurrency=conc)
     t0 = time.perf_counter()
     res = await runner.run([{"id": i} for i in range(episodes)])
-    wall = time.perf_counter() - t0
-    done = res.metrics.get("stop/done", 0.0)
-    return {"wall_s": wall, "episodes_per_s": episodes / wall, "done": done}
+    return _stats(res.trajectories, time.perf_counter() - t0)
+
+
+def _stats(trajs: Sequence[Any], wall: float) -> dict[str, Any]:
+    turns = sum(t.num_turns for t in trajs)
+    tokens = sum(t.num_model_tokens for t in trajs)
+    stops: dict[str, int] = {}
+    for t in trajs:
+        stops[str(t.stop_reason)] = stops.get(str(t.stop_reason), 0) + 1
+    return {
+        "wall_s": wall,
+        "episodes_per_s": len(trajs) / wall,
+        "turns_per_s": turns / wall,
+        "model_tokens_per_s": tokens / wall,
+        "turns": turns,
+        "stop_reasons": stops,
+    }
 
 
 async def _gateway(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> dict[str, float]:
@@ -108,15 +125,10 @@ async def _gateway(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> 
         wall = time.perf_counter() - t0
         w.cancel()
     trajs = res.trajectories
-    done = sum(str(t.stop_reason) == "done" and t.num_turns == turns for t in trajs)
     segments = sum(t.metrics.get("gateway/segments", 0.0) for t in trajs)
-    return {
-        "wall_s": wall,
-        "episodes_per_s": episodes / wall,
-        "done": float(done),
-        "peak_sessions": float(peak),
-        "segments_per_episode": segments / max(len(trajs), 1),
-    }
+    out = _stats(trajs, wall)
+    out.update(peak_sessions=peak, segments_per_episode=segments / max(len(trajs), 1))
+    return out
 
 
 async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict[str, Any]:
@@ -130,6 +142,8 @@ async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict
         "native": native,
         "gateway": gateway,
         "ratio_gateway_over_native": gateway["episodes_per_s"] / native["episodes_per_s"],
+        "ratio_turns_per_s": gateway["turns_per_s"] / native["turns_per_s"],
+        "ratio_model_tokens_per_s": gateway["model_tokens_per_s"] / native["model_tokens_per_s"],
     }
     print(json.dumps(out), flush=True)
     return out
