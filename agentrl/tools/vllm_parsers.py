@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agentrl.tools.parsers import ParsedOutput, snippet
@@ -112,6 +112,55 @@ def _markers(parser: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m for m in found if m.strip()))
 
 
+def _build(
+    kind: str,
+    name: str,
+    get: Callable[[str], Any],
+    registered: Callable[[], Iterable[str]],
+    *args: Any,
+) -> Any:
+    """The parser vLLM registers as ``name`` in its ``kind`` registry, built from ``args``.
+
+    Args:
+        kind: "tool-call" or "reasoning" (for the error messages).
+        name: The registered name.
+        get: The registry's lookup (raises KeyError for an unknown name).
+        registered: The registry's list of names.
+        *args: The parser's constructor arguments (the tokenizer first).
+
+    Raises:
+        ValueError: ``name`` is not registered, or the parser rejects ``args``.
+    """
+    try:
+        cls = get(name)
+    except KeyError:
+        raise ValueError(
+            f"vLLM has no {kind} parser {name!r}; registered: " + ", ".join(registered())
+        ) from None
+    try:
+        return cls(*args)
+    except Exception as e:
+        raise ValueError(
+            f"vLLM's {name!r} {kind} parser does not accept this tokenizer "
+            f"({type(e).__name__}: {e}); is it the right family for the model?"
+        ) from e
+
+
+def _require_finished_turns(what: str, hint: str, probe: Callable[[], object]) -> None:
+    """Raises ``ValueError("what (reason); hint")`` when the parser is a stub for finished turns.
+
+    ``probe`` parses empty text; a ``NotImplementedError`` from it marks the stub.
+    Any other error is ignored: empty text is not a turn, and real turns report
+    their own errors.
+    """
+    try:
+        probe()
+    except NotImplementedError as e:
+        raise ValueError(f"{what} ({e}); {hint}") from e
+    except Exception:
+        pass
+
+
 class VLLMToolCallParser:
     """Any tool-call parser registered in vLLM, as an agentrl ``ToolCallParser``.
 
@@ -138,36 +187,26 @@ class VLLMToolCallParser:
             from vllm.tool_parsers import ToolParserManager
         except ImportError as e:
             raise ValueError(f"tool-call parser {name!r} needs vLLM ({e})") from e
-        try:
-            cls = ToolParserManager.get_tool_parser(name)
-        except KeyError:
-            raise ValueError(
-                f"vLLM has no tool-call parser {name!r}; registered: "
-                + ", ".join(ToolParserManager.list_registered())
-            ) from None
         self.name = name
         self.tokenizer = tokenizer
         self.tools = tuple(tools or ())
-        try:
-            self._parser = cls(tokenizer, _tool_params(self.tools))
-        except Exception as e:
-            raise ValueError(
-                f"vLLM's {name!r} tool-call parser does not accept this tokenizer "
-                f"({type(e).__name__}: {e}); is it the right family for the model?"
-            ) from e
+        self._parser = _build(
+            "tool-call",
+            name,
+            ToolParserManager.get_tool_parser,
+            ToolParserManager.list_registered,
+            tokenizer,
+            _tool_params(self.tools),
+        )
         self._request = _request(self.tools)
         self._markers = _markers(self._parser)
         _quiet(self._parser)
         self._bound: dict[str, VLLMToolCallParser] = {}
-        try:
-            self._parser.extract_tool_calls("", self._request)
-        except NotImplementedError as e:
-            raise ValueError(
-                f"vLLM's {name!r} tool-call parser cannot parse a finished turn ({e}); "
-                "pick another parser"
-            ) from e
-        except Exception:
-            pass  # empty text is not a turn; real turns report their own errors
+        _require_finished_turns(
+            f"vLLM's {name!r} tool-call parser cannot parse a finished turn",
+            "pick another parser",
+            lambda: self._parser.extract_tool_calls("", self._request),
+        )
 
     def with_tools(self, tools: Sequence[Mapping[str, Any]]) -> VLLMToolCallParser:
         """This parser for an episode whose tools have the OpenAI schemas ``tools``."""
@@ -264,31 +303,20 @@ class VLLMReasoningParser:
             from vllm.reasoning import ReasoningParserManager
         except ImportError as e:
             raise ValueError(f"reasoning parser {name!r} needs vLLM ({e})") from e
-        try:
-            cls = ReasoningParserManager.get_reasoning_parser(name)
-        except KeyError:
-            raise ValueError(
-                f"vLLM has no reasoning parser {name!r}; registered: "
-                + ", ".join(ReasoningParserManager.list_registered())
-            ) from None
         self.name = name
-        try:
-            self._parser = cls(tokenizer)
-        except Exception as e:
-            raise ValueError(
-                f"vLLM's {name!r} reasoning parser does not accept this tokenizer "
-                f"({type(e).__name__}: {e}); is it the right family for the model?"
-            ) from e
+        self._parser = _build(
+            "reasoning",
+            name,
+            ReasoningParserManager.get_reasoning_parser,
+            ReasoningParserManager.list_registered,
+            tokenizer,
+        )
         self._request = _request(None)
-        try:
-            self._parser.extract_reasoning("", self._request)
-        except NotImplementedError as e:
-            raise ValueError(
-                f"vLLM's {name!r} reasoning parser cannot split a finished turn ({e}); "
-                "pick another parser or none"
-            ) from e
-        except Exception:
-            pass  # empty text is not a turn
+        _require_finished_turns(
+            f"vLLM's {name!r} reasoning parser cannot split a finished turn",
+            "pick another parser or none",
+            lambda: self._parser.extract_reasoning("", self._request),
+        )
 
     def split(self, text: str) -> tuple[str, str]:
         """(reasoning, content) of one turn; the whole text is content if the parser fails.
