@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pytest
@@ -12,43 +11,7 @@ from agentrl import Action, Env, Message, SamplingParams, StepResult, StopReason
 from agentrl.llm import Generation, LLMError
 from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig, TemplateError
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
-from agentrl.tools import tool
-
-
-class AddEnv(Env):
-    """Asks for a sum; the model may call `add`; reward 1 for the right final answer."""
-
-    def reset(self, task, *, seed=None):
-        self.a, self.b = task["a"], task["b"]
-        return [Message.system("Use tools."), Message.user(f"What is {self.a}+{self.b}?")]
-
-    @tool
-    def add(self, a: int, b: int) -> int:
-        """Adds two integers.
-
-        Args:
-            a: First addend.
-            b: Second addend.
-        """
-        return a + b
-
-    def tools(self):
-        return [self.add]
-
-    def step(self, action: Action) -> StepResult:
-        m = re.search(r"ANSWER (\d+)", action.content)
-        if m:
-            return StepResult(reward=float(int(m.group(1)) == self.a + self.b), terminated=True)
-        return StepResult()
-
-
-def tool_then_answer(prompt: str) -> str:
-    """A scripted policy: call `add` first, then answer with what the tool said."""
-    responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.S)
-    if not responses:
-        a, b = re.findall(r"What is (\d+)\+(\d+)\?", prompt)[0]
-        return f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
-    return f"ANSWER {responses[-1]}"
+from tests.unit.loop_fixtures import AddEnv, tool_then_answer
 
 
 async def test_tool_episode_records_exact_tokens_mask_and_logprobs(tokenizer):

@@ -94,7 +94,7 @@ async def test_a_template_error_in_a_delta_ends_the_episode_with_tokenization_er
     from agentrl.rollout import AgentLoop, LoopConfig
     from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
     from agentrl.types import StopReason
-    from tests.unit.test_agent_loop import AddEnv, tool_then_answer
+    from tests.unit.loop_fixtures import AddEnv, tool_then_answer
 
     bad = _think_stripping(tokenizer)
     bad.chat_template = (

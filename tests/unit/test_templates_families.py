@@ -16,16 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from agentrl import Action, Env, Message, StepResult, StopReason
+from agentrl import Env, Message, StepResult, StopReason
 from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig, TemplateError
 from agentrl.rollout.templates import inspect_template
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
-from agentrl.tools import parsers, tool
+from agentrl.tools import parsers
 from agentrl.tools.parsers import ParsedOutput
 from agentrl.types import ToolCall
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "templates"))
 from families import family_tokenizer
+
+from tests.unit.loop_fixtures import AddEnv
 
 
 class HarmonyCalls:
@@ -43,31 +45,6 @@ class HarmonyCalls:
 def _harmony_stand_in(monkeypatch):
     # Registered for these tests only (the registry is global).
     monkeypatch.setitem(parsers._PARSERS, "test_harmony", HarmonyCalls)
-
-
-class AddEnv(Env):
-    """Asks for 2+3; the model calls `add`, then answers."""
-
-    def reset(self, task, *, seed=None):
-        return [Message.system("Use tools."), Message.user("What is 2+3?")]
-
-    @tool
-    def add(self, a: int, b: int) -> int:
-        """Adds two integers.
-
-        Args:
-            a: First addend.
-            b: Second addend.
-        """
-        return a + b
-
-    def tools(self):
-        return [self.add]
-
-    def step(self, action: Action) -> StepResult:
-        if "ANSWER 5" in action.content:
-            return StepResult(reward=1.0, terminated=True)
-        return StepResult()
 
 
 @dataclass(frozen=True)
