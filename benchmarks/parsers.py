@@ -18,9 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
+from agentrl.testing.tokenizers import byte_tokenizer
 from agentrl.tools import HermesToolCallParser, make_tool_parser, make_turn_parser
 
 DS = (
@@ -91,16 +89,6 @@ REASONING = {
 }
 
 
-def tokenizer(*specials: str) -> PreTrainedTokenizerFast:
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
-    fast.add_special_tokens({"additional_special_tokens": list(specials)})
-    return fast
-
-
 def per_turn_us(parse: Callable[[str], object], turns: tuple[str, ...], reps: int) -> float:
     """Median over ``reps`` rounds of the mean cost of parsing one of ``turns``, in µs."""
     for t in turns:  # warm caches and lazy compiles
@@ -124,7 +112,7 @@ def main() -> None:
     print(f"  {'agentrl hermes (baseline)':30s} {base:8.1f} us/turn  ratio  1.00")
     for name, (specials, calls_turn) in FAMILIES.items():
         t0 = time.perf_counter()
-        parser = make_tool_parser(name, tokenizer(*specials))
+        parser = make_tool_parser(name, byte_tokenizer(*specials))
         build_ms = 1e3 * (time.perf_counter() - t0)
         out = parser.parse(calls_turn)
         assert len(out.tool_calls) == 2 and not out.errors, (name, out)
@@ -136,7 +124,7 @@ def main() -> None:
         )
     print("reasoning split + agentrl hermes, vs agentrl hermes alone")
     for name, prefix in REASONING.items():
-        tok = tokenizer("<think>", "</think>", "<tool_call>", "</tool_call>")
+        tok = byte_tokenizer("<think>", "</think>", "<tool_call>", "</tool_call>")
         turn = make_turn_parser("hermes", name, tok)
         texts = (prefix + HERMES_CALLS, prefix + PLAIN)
         assert turn.parse(texts[0]).reasoning and len(turn.parse(texts[0]).tool_calls) == 2
