@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from agentrl.testing.tokenizers import byte_tokenizer
 from agentrl.tools import DetectedParsers, HermesToolCallParser, detect_parsers, make_tool_parser
 from agentrl.tools.detect import detect_reasoning_parser, detect_tool_parser
 
@@ -16,14 +16,7 @@ TEMPLATES = Path(__file__).parents[1] / "data" / "templates"
 
 
 def tokenizer(template: str | None, *specials: str) -> PreTrainedTokenizerFast:
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
-    fast.add_special_tokens({"additional_special_tokens": list(specials)})
-    fast.chat_template = template
-    return fast
+    return byte_tokenizer(*specials, chat_template=template)
 
 
 @pytest.mark.parametrize(

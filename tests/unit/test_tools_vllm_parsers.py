@@ -14,14 +14,13 @@ import sys
 import textwrap
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from agentrl import Action, Env, Message, StepResult, StopReason
 from agentrl.config import RunConfig
 from agentrl.orchestration.startup import loop_config
 from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
+from agentrl.testing.tokenizers import byte_tokenizer
 from agentrl.tools import (
     HermesToolCallParser,
     ParsedOutput,
@@ -45,16 +44,8 @@ DS_SEP = "<｜tool▁sep｜>"
 THINK = ("<think>", "</think>")
 
 
-@functools.cache
-def family_tokenizer(*specials: str) -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer (no merges) with the family's special tokens."""
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
-    fast.add_special_tokens({"additional_special_tokens": list(specials)})
-    return fast
+family_tokenizer = functools.cache(byte_tokenizer)
+"""A byte-level tokenizer with the family's special tokens (one per distinct set)."""
 
 
 def calls(out: ParsedOutput) -> list[tuple[str, dict]]:
