@@ -31,6 +31,7 @@ TOOL = {
 
 
 def conversation(turns: int) -> list[Message]:
+    """System, user, then (assistant with one call, tool result) pairs."""
     msgs = [Message.system("You solve math with Python."), Message.user("Compute things.")]
     for t in range(turns):
         call = ToolCall("python", {"code": f"print({t} * 12345)"}, id=f"call_{t}")

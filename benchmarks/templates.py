@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from agentrl.rollout.tokenization import ChatTokenizer
-from agentrl.types import Message, ToolCall
+from agentrl.types import Message
+from benchmarks.delta_tokenization import conversation
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "data" / "templates"))
 from families import FAMILIES, family_tokenizer
@@ -39,16 +40,6 @@ TOOL = {
         },
     },
 }
-
-
-def conversation(turns: int) -> list[Message]:
-    """System, user, then (assistant with one call, tool result) pairs."""
-    msgs = [Message.system("You solve math with Python."), Message.user("Compute things.")]
-    for t in range(turns):
-        call = ToolCall("python", {"code": f"print({t} * 12345)"}, id=f"call_{t}")
-        msgs.append(Message.assistant(f"Step {t}: computing.", (call,)))
-        msgs.append(Message.tool(str(t * 12345), tool_call_id=call.id, name="python"))
-    return msgs
 
 
 def per_turn_costs(
