@@ -63,7 +63,7 @@ _TOOL_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
     ("deepseek_v3", lambda has: has(_DEEPSEEK_CALLS) and (has("```json") or not has.template)),
     ("deepseek_v31", lambda has: has(_DEEPSEEK_CALLS) and not has("```json")),
     ("kimi_k2", lambda has: has("<|tool_calls_section_begin|>")),
-    ("openai", lambda has: has("<|channel|>") and has("<|call|>")),
+    ("harmony", lambda has: has("<|channel|>") and has("<|call|>")),
     ("granite", lambda has: has("<|tool_call|>")),
     ("qwen3_xml", lambda has: has("<tool_call>") and has("<function=")),
     ("glm45", lambda has: has("<tool_call>") and has("<arg_key>")),
@@ -86,7 +86,7 @@ _TOOL_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
 
 _REASONING_RULES: tuple[tuple[str, Callable[[_Has], bool]], ...] = (
     ("mistral", lambda has: has("[THINK]")),
-    ("openai_gptoss", lambda has: has("<|channel|>")),
+    ("harmony", lambda has: has("<|channel|>")),
     # DeepSeek-R1 always thinks; V3.1 (its tool calls have no ```json fence) is hybrid
     # and thinks only when asked, which vLLM's deepseek_v3 reasoning parser follows.
     (

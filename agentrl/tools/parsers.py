@@ -150,9 +150,18 @@ def render_tool_call(call: ToolCall) -> str:
     return f'<tool_call>{{"name": {json.dumps(call.name)}, "arguments": {args}}}</tool_call>'
 
 
+def _harmony() -> ToolCallParser:
+    from agentrl.tools.harmony import HarmonyParser  # needs openai_harmony, so made on demand
+
+    return HarmonyParser()
+
+
 _PARSERS: dict[str, Callable[[], ToolCallParser]] = {
     "hermes": HermesToolCallParser,
     "qwen": HermesToolCallParser,
+    # gpt-oss; vLLM's own "openai" is a stub outside its server ("vllm:openai" still gets it).
+    "harmony": _harmony,
+    "openai": _harmony,
 }
 
 
@@ -206,7 +215,8 @@ def make_tool_parser(name: str, tokenizer: Any = None) -> ToolCallParser:
     """The tool-call parser ``name`` for a model with ``tokenizer``.
 
     Names are looked up in agentrl's registry first (``hermes``, the
-    dependency-free fallback, and anything ``register_parser`` added), then in
+    dependency-free fallback; ``harmony`` alias ``openai`` for gpt-oss; and
+    anything ``register_parser`` added), then in
     vLLM's (~50 families: ``llama3_json``, ``pythonic``, ``mistral``,
     ``deepseek_v3``, ``qwen3_xml``, …; ``vllm:NAME`` forces vLLM's even where
     agentrl has one of that name). ``auto`` detects the family from the

@@ -38,12 +38,18 @@ class ReasoningParser(Protocol):
         ...
 
 
+_HARMONY = ("harmony", "openai_gptoss")
+"""gpt-oss names served by agentrl's harmony parser (vLLM's ``openai_gptoss`` is a stub
+outside its server; ``vllm:openai_gptoss`` still gets vLLM's)."""
+
+
 def make_reasoning_parser(name: str | None, tokenizer: Any = None) -> ReasoningParser | None:
     """The reasoning parser ``name`` for a model with ``tokenizer``, or None.
 
     Args:
         name: None or "none" (no reasoning split), "auto" (detected from the
-            tokenizer; None for a model without thinking markup), or any name in
+            tokenizer; None for a model without thinking markup), "harmony"
+            (gpt-oss's analysis channel; alias "openai_gptoss"), or any name in
             vLLM's reasoning registry (``deepseek_r1``, ``qwen3``, …; ``vllm:NAME`` too).
         tokenizer: The policy's Hugging Face tokenizer.
 
@@ -53,15 +59,21 @@ def make_reasoning_parser(name: str | None, tokenizer: Any = None) -> ReasoningP
     """
     if name is None or name == "none":
         return None
-    if tokenizer is None:
-        raise ValueError(f"reasoning parser {name!r} needs the model's tokenizer")
     if name == "auto":
+        if tokenizer is None:
+            raise ValueError("reasoning parser 'auto' needs the model's tokenizer")
         from agentrl.tools.detect import detect_reasoning_parser
 
         detected = detect_reasoning_parser(tokenizer)
         if detected is None:
             return None
         name = detected
+    if name in _HARMONY:
+        from agentrl.tools.harmony import HarmonyParser
+
+        return HarmonyParser()
+    if tokenizer is None:
+        raise ValueError(f"reasoning parser {name!r} needs the model's tokenizer")
     from agentrl.tools.vllm_parsers import VLLMReasoningParser, vllm_reasoning_parser_names
 
     names = vllm_reasoning_parser_names()
@@ -69,7 +81,7 @@ def make_reasoning_parser(name: str | None, tokenizer: Any = None) -> ReasoningP
     if vllm_name in names:
         return VLLMReasoningParser(vllm_name, tokenizer)
     vllm_key = "vLLM" if names else "vLLM (not installed, so none)"
-    groups = {"agentrl": ["none", "auto"], vllm_key: list(names)}
+    groups = {"agentrl": ["none", "auto", *_HARMONY], vllm_key: list(names)}
     raise unknown_name_error("reasoning parser", name, groups)
 
 

@@ -146,6 +146,9 @@ def _build(
         ) from e
 
 
+_GPT_OSS_HINT = " (gpt-oss: 'harmony', agentrl's parser built on openai_harmony)"
+
+
 def _require_finished_turns(what: str, hint: str, probe: Callable[[], object]) -> None:
     """Raises ``ValueError("what (reason); hint")`` when the parser is a stub for finished turns.
 
@@ -204,7 +207,7 @@ class VLLMToolCallParser:
         self._bound: dict[str, VLLMToolCallParser] = {}
         _require_finished_turns(
             f"vLLM's {name!r} tool-call parser cannot parse a finished turn",
-            "pick another parser",
+            "pick another parser" + _GPT_OSS_HINT * (name == "openai"),
             lambda: self._parser.extract_tool_calls("", self._request),
         )
 
@@ -314,7 +317,7 @@ class VLLMReasoningParser:
         self._request = _request(None)
         _require_finished_turns(
             f"vLLM's {name!r} reasoning parser cannot split a finished turn",
-            "pick another parser or none",
+            "pick another parser or none" + _GPT_OSS_HINT * (name == "openai_gptoss"),
             lambda: self._parser.extract_reasoning("", self._request),
         )
 

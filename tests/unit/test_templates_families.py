@@ -8,8 +8,6 @@ the tokenizer is a small BPE trained here with each family's special tokens.
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,31 +18,12 @@ from agentrl import Env, Message, StepResult, StopReason
 from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig, TemplateError
 from agentrl.rollout.templates import inspect_template
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy, fake_logprob
-from agentrl.tools import parsers
-from agentrl.tools.parsers import ParsedOutput
 from agentrl.types import ToolCall
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "data" / "templates"))
 from families import family_tokenizer
 
 from tests.unit.loop_fixtures import AddEnv
-
-
-class HarmonyCalls:
-    """Stand-in for a gpt-oss (harmony) tool parser: vLLM's 'openai' tool parser is a stub
-    that cannot parse a finished turn (its HarmonyParser needs the streaming context)."""
-
-    def parse(self, text: str) -> ParsedOutput:
-        m = re.search(r"to=functions\.(\w+).*?<\|message\|>(.*)$", text, re.S)
-        if not m:
-            return ParsedOutput(text.rsplit("<|message|>", 1)[-1].strip())
-        return ParsedOutput("", (ToolCall(m.group(1), json.loads(m.group(2)), id="call_0"),))
-
-
-@pytest.fixture(autouse=True)
-def _harmony_stand_in(monkeypatch):
-    # Registered for these tests only (the registry is global).
-    monkeypatch.setitem(parsers._PARSERS, "test_harmony", HarmonyCalls)
 
 
 @dataclass(frozen=True)
@@ -127,7 +106,8 @@ CASES: dict[str, Case] = {
         '<|message|>{"a": 2, "b": 3}<|call|>',
         "<|start|>system<|message|>",
         "<|channel|>final<|message|>ANSWER 5<|return|>",
-        parser="test_harmony",
+        parser="auto",  # harmony: OpenAI's openai_harmony parser
+        reasoning_parser="auto",
     ),
     "deepseek_r1_distill": Case(
         # Drops tool schemas: trained with injected Hermes tools. Only the first tool output

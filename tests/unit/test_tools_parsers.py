@@ -105,7 +105,8 @@ def test_render_is_the_inverse_of_parse_and_matches_the_chat_template() -> None:
 def test_parser_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(get_parser("hermes"), HermesToolCallParser)
     assert isinstance(get_parser("qwen"), HermesToolCallParser)
-    with pytest.raises(ValueError, match="unknown tool-call parser 'llama'; valid: hermes, qwen"):
+    valid = "valid: harmony, hermes, openai, qwen"
+    with pytest.raises(ValueError, match=f"unknown tool-call parser 'llama'; {valid}"):
         get_parser("llama")
 
     monkeypatch.setattr(parsers_mod, "_PARSERS", dict(parsers_mod._PARSERS))

@@ -29,7 +29,7 @@ def tokenizer(template: str | None, *specials: str) -> PreTrainedTokenizerFast:
         ("llama3_2_pythonic.jinja", DetectedParsers("pythonic", None)),
         ("mistral_nemo.jinja", DetectedParsers("mistral", None)),
         ("deepseek_v3_1.jinja", DetectedParsers("deepseek_v31", "deepseek_v3")),
-        ("gpt_oss.jinja", DetectedParsers("openai", "openai_gptoss")),
+        ("gpt_oss.jinja", DetectedParsers("harmony", "harmony")),
     ],
 )
 def test_real_family_templates(file: str, expected: DetectedParsers) -> None:

@@ -230,10 +230,11 @@ def test_gpt_oss_stubs_are_refused_with_a_reason() -> None:
     # vLLM's harmony tool and reasoning parsers are stubs; its HarmonyParser needs
     # the o200k_harmony encoding files, which cannot be fetched here.
     tok = family_tokenizer("<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|call|>")
-    with pytest.raises(ValueError, match="'openai' tool-call parser cannot parse a finished turn"):
-        make_tool_parser("openai", tok)
-    with pytest.raises(ValueError, match="'openai_gptoss' reasoning parser cannot split"):
-        make_reasoning_parser("openai_gptoss", tok)
+    # Plain "openai" / "openai_gptoss" mean agentrl's harmony parser (test_tools_harmony.py).
+    with pytest.raises(ValueError, match=r"'openai' tool-call parser cannot parse .*'harmony'"):
+        make_tool_parser("vllm:openai", tok)
+    with pytest.raises(ValueError, match=r"'openai_gptoss' reasoning parser cannot split.*harmony"):
+        make_reasoning_parser("vllm:openai_gptoss", tok)
 
 
 # --- reasoning ------------------------------------------------------------------------------
@@ -286,7 +287,8 @@ def test_unknown_name_lists_the_nearest_and_all() -> None:
         make_tool_parser("lama3_json", family_tokenizer())
     msg = str(e.value)
     assert "unknown tool-call parser 'lama3_json'; nearest: llama3_json" in msg
-    assert "agentrl: hermes, qwen, auto" in msg and "pythonic" in msg and "deepseek_v31" in msg
+    assert "agentrl: harmony, hermes, openai, qwen, auto" in msg
+    assert "pythonic" in msg and "deepseek_v31" in msg
 
 
 def test_parser_that_does_not_fit_the_tokenizer() -> None:
