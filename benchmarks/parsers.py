@@ -81,6 +81,12 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
         f'{LEAD}{KIMI[0]}{KIMI[2]}functions.add:0{KIMI[3]}{{"a": 17, "b": 25}}{KIMI[4]}'
         f'{KIMI[2]}functions.mul:1{KIMI[3]}{{"a": 3, "b": 4}}{KIMI[4]}{KIMI[1]}',
     ),
+    "harmony": (  # agentrl's gpt-oss parser (openai_harmony); needs no tokenizer specials
+        (),
+        f"<|channel|>commentary<|message|>{LEAD}<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.add <|constrain|>json<|message|>{"a": 17, "b": 25}<|call|><|start|>assistant'
+        '<|channel|>commentary to=functions.mul <|constrain|>json<|message|>{"a": 3, "b": 4}',
+    ),
 }
 HERMES_CALLS = FAMILIES["vllm:hermes"][1]
 REASONING = {
@@ -116,7 +122,8 @@ def main() -> None:
         build_ms = 1e3 * (time.perf_counter() - t0)
         out = parser.parse(calls_turn)
         assert len(out.tool_calls) == 2 and not out.errors, (name, out)
-        us = per_turn_us(parser.parse, (calls_turn, PLAIN), a.reps)
+        plain = f"<|channel|>final<|message|>{PLAIN}" if name == "harmony" else PLAIN
+        us = per_turn_us(parser.parse, (calls_turn, plain), a.reps)
         note = " incl. importing vLLM" if name == next(iter(FAMILIES)) else ""
         print(
             f"  {name:30s} {us:8.1f} us/turn  ratio {us / base:5.2f}  "
