@@ -113,3 +113,31 @@ def test_auto_on_the_gpt_oss_template_picks_harmony() -> None:
     turn = make_turn_parser("auto", "auto", tok)
     out = turn.parse(ANALYSIS + CALL)
     assert isinstance(turn.tools, HarmonyParser) and [c.name for c in out.tool_calls] == ["add"]
+
+
+def test_without_openai_harmony_the_error_names_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from agentrl.tools import harmony
+
+    monkeypatch.setitem(sys.modules, "openai_harmony", None)  # import fails
+    harmony._encoding.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="harmony parser needs the openai_harmony package"):
+            make_tool_parser("harmony")
+    finally:
+        harmony._encoding.cache_clear()
+
+
+def test_the_rollout_loop_imports_without_openai_harmony() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['openai_harmony'] = None\n"
+        "import agentrl.rollout, agentrl.tools\n"
+        "assert agentrl.tools.make_tool_parser('hermes') is not None"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
