@@ -19,19 +19,16 @@ Usage:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.models.tiny import cache_root
+from agentrl.models.tiny import cache_root, cached_dir
 
 __all__ = [
     "MARKER",
@@ -230,22 +227,9 @@ def import_gguf(
     src = Path(gguf_file).expanduser()
     gguf_architecture(src)  # a missing or non-GGUF file fails before hashing
     key = hashlib.sha256(f"{file_digest(src)}:{_CONVERTER_VERSION}".encode()).hexdigest()[:12]
-    root = (Path(cache_dir) if cache_dir else cache_root()) / "models"
-    final = root / f"{_slug(name or src.stem)}-{key}"
-    if (final / MARKER).is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / MARKER).is_file():
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=".import-", dir=root))
-        try:
-            convert_gguf(src, tmp, log=log)
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the tiny model's
-            tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return cached_dir(
+        (Path(cache_dir) if cache_dir else cache_root()) / "models",
+        f"{_slug(name or src.stem)}-{key}",
+        MARKER,
+        lambda tmp: convert_gguf(src, tmp, log=log),
+    )

@@ -33,6 +33,7 @@ __all__ = [
     "TinyRecipe",
     "build_tiny_model",
     "cache_root",
+    "cached_dir",
     "ensure_tiny_model",
     "tiny_config",
     "tiny_task_kwargs",
@@ -103,6 +104,49 @@ def cache_root() -> Path:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "agentrl"
+
+
+def cached_dir(
+    root: Path,
+    name: str,
+    marker: str,
+    build: Callable[[Path], object],
+    *,
+    announce: Callable[[Path], None] | None = None,
+) -> Path:
+    """Returns ``root/name``, first building it with ``build(tmp)`` if its ``marker`` is missing.
+
+    Safe to call from concurrent processes: one builds, the others wait on a file
+    lock (``root/.name.lock``). The build goes into a temporary directory renamed into
+    place when done, so a failed or killed build leaves no half-written entry.
+
+    Args:
+        root: The cache directory holding the entries (created if missing).
+        name: The entry's directory name (its content key).
+        marker: A file ``build`` writes last; its presence marks a complete entry.
+        build: Writes the entry into the directory it is given.
+        announce: Called with the entry's path just before a build starts.
+    """
+    final = root / name
+    if (final / marker).is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / marker).is_file():
+            return final
+        if announce is not None:
+            announce(final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
+        try:
+            build(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def tiny_config(recipe: TinyRecipe, vocab_size: int, eos_id: int, pad_id: int) -> Any:
@@ -227,26 +271,16 @@ def ensure_tiny_model(
         log: Progress messages (default: to stderr).
     """
     recipe = recipe or TinyRecipe()
-    root = (Path(cache_dir) if cache_dir else cache_root()) / "models"
-    final = root / f"tiny-{recipe.key()}"
-    if (final / _MARKER).is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with open(root / f".tiny-{recipe.key()}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / _MARKER).is_file():
-            return final
-        say(f"building the tiny default model into {final} (a few minutes, once)")
-        tmp = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=root))
-        try:
-            build_tiny_model(tmp, recipe, log=say)
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return cached_dir(
+        (Path(cache_dir) if cache_dir else cache_root()) / "models",
+        f"tiny-{recipe.key()}",
+        _MARKER,
+        lambda tmp: build_tiny_model(tmp, recipe, log=say),
+        announce=lambda final: say(
+            f"building the tiny default model into {final} (a few minutes, once)"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from agentrl.envs.retool.demos import TINY_TOOL_RATES, demonstrations
 from agentrl.models.demos import copy_drills
 from agentrl.models.probe import _run_python
 from agentrl.models.sft import encode_conversation
-from agentrl.models.tiny import TinyRecipe, ensure_tiny_model, tiny_task_kwargs
+from agentrl.models.tiny import TinyRecipe, cached_dir, ensure_tiny_model, tiny_task_kwargs
 from agentrl.models.tokenizer import build_tokenizer
 from agentrl.types import Action
 
@@ -152,3 +152,31 @@ def test_common_prefix_stops_where_rows_differ():
 
     assert _common_prefix([([1, 2, 3, 4], []), ([1, 2, 5, 6, 7], [])]) == 2
     assert _common_prefix([([1, 2, 3], []), ([1, 2, 3, 4], [])]) == 2  # keeps one token after
+
+
+def test_cached_dir_builds_once_shared_and_leaves_nothing_when_a_build_fails(tmp_path):
+    builds = []
+
+    def build(d):
+        builds.append(d)
+        (d / "weights").write_text("w")
+        (d / "done.json").write_text("{}")
+
+    announced = []
+    path = cached_dir(tmp_path / "models", "m-abc", "done.json", build, announce=announced.append)
+    assert path == tmp_path / "models" / "m-abc" and (path / "weights").read_text() == "w"
+    assert announced == [path] and (path.stat().st_mode & 0o777) == 0o755  # others can read it
+    assert cached_dir(tmp_path / "models", "m-abc", "done.json", build) == path
+    assert len(builds) == 1  # cached: no rebuild
+
+    def broken(d):
+        (d / "half").write_text("x")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        cached_dir(tmp_path / "models", "m-def", "done.json", broken)
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        ".m-abc.lock",
+        ".m-def.lock",
+        "m-abc",
+    ]
