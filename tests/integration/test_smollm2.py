@@ -229,7 +229,13 @@ async def test_weight_sync_round_trip_with_a_request_in_flight(
         report = await fleet.sync_weights(noisy_dir, mode="keep")
         kept = await asyncio.wait_for(task, 300)
         assert report.version == v0 + 1
-        assert kept.finish_reason == "length" and len(kept.token_ids) == 300
+        # The kept request finishes on the swapped-in (perturbed) weights, which may end
+        # the story early: it completes either way, and never errors or aborts.
+        assert kept.finish_reason in ("length", "stop"), kept.finish_reason
+        if kept.finish_reason == "length":
+            assert len(kept.token_ids) == 300
+        else:
+            assert 0 < len(kept.token_ids) <= 300
         assert set(kept.weight_versions) <= {v0, v0 + 1}
         assert kept.weight_versions == sorted(kept.weight_versions)
         changed = await fleet.generate(prompt, greedy)
