@@ -22,18 +22,16 @@ Example:
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
 import pkgutil
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, overload
 
 from agentrl.env import Env
+from agentrl.user_modules import import_file
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -195,7 +193,7 @@ def _resolve_target(spec: str) -> type[Env]:
             f"bad env spec {spec!r}: expected 'pkg.module:ClassName' or 'path/to/file.py:ClassName'"
         )
     if where.endswith(".py") or "/" in where or "\\" in where:
-        module = _load_file(where, spec)
+        module = import_file(where, spec, kind="env", error=EnvNotFoundError)
     else:
         try:
             module = importlib.import_module(where)
@@ -214,27 +212,6 @@ def _resolve_target(spec: str) -> type[Env]:
             raise EnvNotFoundError(f"env spec {spec!r}: {where} has no attribute {part!r}.{hint}")
         obj = getattr(obj, part)
     return _check_env_class(obj, spec)
-
-
-def _load_file(path_str: str, spec: str) -> Any:
-    path = Path(path_str).expanduser().resolve()
-    if not path.is_file():
-        raise EnvNotFoundError(f"env spec {spec!r}: file {path_str!r} does not exist")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    mod_name = f"_agentrl_user_env_{path.stem}_{digest}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    file_spec = importlib.util.spec_from_file_location(mod_name, path)
-    if file_spec is None or file_spec.loader is None:
-        raise EnvNotFoundError(f"env spec {spec!r}: cannot load {path_str!r} as a Python module")
-    module = importlib.util.module_from_spec(file_spec)
-    sys.modules[mod_name] = module  # dataclasses and pickling look the module up here
-    try:
-        file_spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[mod_name]
-        raise
-    return module
 
 
 def _env_classes_in(module: Any) -> list[str]:

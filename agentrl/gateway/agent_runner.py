@@ -15,21 +15,19 @@ its traceback, one that hangs is cut at ``episode_timeout_s`` (``timeout``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib
 import importlib.util
-import sys
 import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from agentrl.env import call_maybe_async
 from agentrl.gateway.server import Gateway
 from agentrl.rollout.runner import RolloutResult, summarize
 from agentrl.types import StopReason, Trajectory
+from agentrl.user_modules import import_file
 
 __all__ = ["AgentRunner", "AgentSpecError", "load_agent"]
 
@@ -46,23 +44,7 @@ class AgentSpecError(ValueError):
 
 def _module(where: str, spec: str) -> Any:
     if where.endswith(".py") or "/" in where or "\\" in where:
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise AgentSpecError(f"agent spec {spec!r}: file {where!r} does not exist")
-        name = f"_agentrl_agent_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-        if name in sys.modules:
-            return sys.modules[name]
-        fspec = importlib.util.spec_from_file_location(name, path)
-        if fspec is None or fspec.loader is None:
-            raise AgentSpecError(f"agent spec {spec!r}: cannot load {where!r} as a module")
-        module = importlib.util.module_from_spec(fspec)
-        sys.modules[name] = module
-        try:
-            fspec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-        return module
+        return import_file(where, spec, kind="agent", error=AgentSpecError)
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as e:
