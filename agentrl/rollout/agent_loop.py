@@ -23,9 +23,11 @@ from typing import Any
 from agentrl.env import Env, call_maybe_async
 from agentrl.llm import LLMClient, LLMError, SamplingParams
 from agentrl.rollout.consistency import PY_TOOL
+from agentrl.rollout.stages import Stage, StagedTurn, StagePlan, generate_staged, plan_stages
 from agentrl.rollout.templates import STRATEGIES, TemplateReport, inspect_template
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.tools import ToolExecutor, make_turn_parser
+from agentrl.tools.sanitize import scrub_messages
 from agentrl.types import Action, Message, StepResult, StopReason, Trajectory, TurnSpan
 
 __all__ = ["AgentLoop", "EpisodeState", "LoopConfig"]
@@ -72,6 +74,8 @@ class LoopConfig:
         inject_tools: Tool schemas into the system message and calls into the
             assistant text (Hermes format) for templates that drop them; None:
             when the start-up check finds the template drops them.
+        stages: Generate each model turn as these stages (``agentrl.rollout.stages``);
+            empty: one request per turn. An env's own ``stages`` attribute wins.
     """
 
     max_turns: int = 8
@@ -88,6 +92,7 @@ class LoopConfig:
     check_template: bool = True
     template_strategy: str = "auto"
     inject_tools: bool | None = None
+    stages: tuple[Stage, ...] = ()
 
 
 class _Stop(Exception):
@@ -104,6 +109,14 @@ def _as_messages(obs: Any, where: str) -> list[Message]:
     if isinstance(obs, Sequence) and all(isinstance(m, Message | dict) for m in obs):
         return [m if isinstance(m, Message) else Message.from_dict(m) for m in obs]
     raise TypeError(f"{where} must return a str or a list of Message, got {type(obs).__name__}")
+
+
+def _scrub(traj: Trajectory, messages: list[Message]) -> list[Message]:
+    """Env messages with lone surrogates replaced (they would break tokenization), counted."""
+    messages, replaced = scrub_messages(messages)
+    if replaced:
+        traj.metrics["env_text_replaced"] = traj.metrics.get("env_text_replaced", 0.0) + replaced
+    return messages
 
 
 class AgentLoop:
@@ -162,6 +175,15 @@ class AgentLoop:
         if self.inject_tools and tool_parser == "auto":
             tool_parser = "hermes"
         self.parser = make_turn_parser(tool_parser, cfg.reasoning_parser, tokenizer)
+        self._plans: dict[tuple[Stage, ...], StagePlan] = {}
+        if cfg.stages:
+            self._plan(cfg.stages)  # a stop that is not one token fails here, not per episode
+
+    def _plan(self, stages: Sequence[Stage]) -> StagePlan:
+        key = tuple(stages)
+        if key not in self._plans:
+            self._plans[key] = plan_stages(key, self.tokenizer)
+        return self._plans[key]
 
     async def run(
         self,
@@ -234,7 +256,7 @@ class AgentLoop:
         cfg = self.config
         obs = await self._env_call(traj, env.reset, task, seed=seed)
         try:
-            messages = _as_messages(obs, "env.reset")
+            messages = _scrub(traj, _as_messages(obs, "env.reset"))
             tools = list(env.tools())
         except TypeError as e:
             raise _Stop(StopReason.ENV_ERROR, str(e)) from e
@@ -276,6 +298,11 @@ class AgentLoop:
         traj.prompt_length = len(prompt)
         sample_start = 0
         max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
+        try:
+            stages = getattr(env, "stages", None) or cfg.stages
+            plan = self._plan(stages) if stages else None
+        except (TypeError, ValueError) as e:
+            raise _Stop(StopReason.ENV_ERROR, f"env stages: {e}") from e
 
         for turn in range(max_turns):
             context = traj.token_ids[sample_start:] if per_turn else traj.token_ids
@@ -285,32 +312,43 @@ class AgentLoop:
             traj.info["state"] = str(EpisodeState.GENERATING)
             t = time.perf_counter()
             try:
-                gen = await self.llm.generate(
-                    context,
-                    replace(sampling, max_tokens=budget),
-                    session_id=traj.episode_id,
-                )
-            except LLMError as e:
+                if plan is None:
+                    gen = StagedTurn.single(
+                        await self.llm.generate(
+                            context,
+                            replace(sampling, max_tokens=budget),
+                            session_id=traj.episode_id,
+                        )
+                    )
+                else:
+                    gen = await generate_staged(
+                        self.llm,
+                        context,
+                        sampling,
+                        budget,
+                        plan,
+                        chat.eot_ids,
+                        session_id=traj.episode_id,
+                    )
+            except (LLMError, ValueError) as e:
                 raise _Stop(StopReason.LLM_ERROR, str(e)) from e
             self._add(traj.metrics, "generate_time_s", time.perf_counter() - t)
-            if len(gen.logprobs) != len(gen.token_ids):
-                raise _Stop(
-                    StopReason.LLM_ERROR,
-                    f"server returned {len(gen.token_ids)} tokens but {len(gen.logprobs)} logprobs",
-                )
             start = len(traj.token_ids)
-            traj.token_ids.extend(gen.token_ids)
-            traj.loss_mask.extend([1] * len(gen.token_ids))
-            traj.rollout_logprobs.extend(gen.logprobs)
-            versions = gen.weight_versions or [0] * len(gen.token_ids)
-            if len(versions) != len(gen.token_ids):
-                raise _Stop(StopReason.LLM_ERROR, "weight_versions and token_ids differ in length")
-            traj.weight_versions.extend(versions)
+            for piece in gen.pieces:  # each stage's tokens with their own logprobs and versions
+                n = len(piece.token_ids)
+                traj.token_ids.extend(piece.token_ids)
+                traj.loss_mask.extend([int(piece.trainable)] * n)
+                traj.rollout_logprobs.extend(piece.logprobs)
+                traj.weight_versions.extend(piece.weight_versions)
+                if plan is not None and piece.trainable:
+                    name = plan.stages[piece.stage].name or str(piece.stage)
+                    self._add(traj.metrics, f"stage_tokens/{name}", float(n))
             span = TurnSpan(start, len(traj.token_ids), "model")
             traj.spans.append(span)
             traj.num_turns = turn + 1
 
-            text = chat.content_of(gen.token_ids)
+            sampled = gen.token_ids
+            text = chat.content_of(sampled)
             parsed = parser.parse(text)
             action = Action(
                 text=text,
@@ -322,13 +360,13 @@ class AgentLoop:
                 last_turn=turn == max_turns - 1,
             )
             traj.messages.append(action.to_message())
-            cut = gen.finish_reason != "stop" or not gen.token_ids
+            cut = gen.cut
             if cut:
                 # Cut by the token budget (or aborted): the turn is incomplete, so its tool
                 # calls are not run; the env still sees it, as the last turn, so an env
                 # that scores at the end (e.g. runs tests) can do so. Then the episode ends.
                 action = replace(action, tool_calls=(), parse_errors=(), last_turn=True)
-            elif gen.token_ids[-1] not in chat.eot_ids:
+            elif sampled[-1] not in chat.eot_ids:
                 # Stopped on another stop token: close the turn as the template would,
                 # with tokens the model did not sample (masked out).
                 self._append(traj, [chat.eot_id], "observation")
@@ -354,7 +392,7 @@ class AgentLoop:
             traj.info.update(step.info)
             if cut:
                 raise _Stop(StopReason.MAX_TOKENS)
-            new = [*action.tool_results, *_as_messages(list(step.observation), "env.step")]
+            new = [*action.tool_results, *_scrub(traj, _as_messages(step.observation, "env.step"))]
             traj.messages.extend(new)
             if step.terminated:
                 raise _Stop(StopReason.DONE)
