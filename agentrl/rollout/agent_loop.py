@@ -392,7 +392,8 @@ class AgentLoop:
             traj.info.update(step.info)
             if cut:
                 raise _Stop(StopReason.MAX_TOKENS)
-            new = [*action.tool_results, *_scrub(traj, _as_messages(step.observation, "env.step"))]
+            observed = _scrub(traj, _as_messages(list(step.observation), "env.step"))
+            new = [*action.tool_results, *observed]
             traj.messages.extend(new)
             if step.terminated:
                 raise _Stop(StopReason.DONE)
