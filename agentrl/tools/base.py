@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import typing
@@ -37,6 +36,8 @@ import pydantic
 import pydantic_core
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
+
+from agentrl.tools.threads import default_tool_threads
 
 __all__ = ["FunctionTool", "Tool", "ToolArgumentError", "to_text", "tool"]
 
@@ -169,7 +170,9 @@ def to_text(value: Any) -> str:
 class FunctionTool:
     """A Python function (sync or async, plain or method) as a :class:`Tool`.
 
-    Sync functions run in a worker thread so they do not block the event loop.
+    Sync functions run in a thread of :func:`~agentrl.tools.threads.default_tool_threads`
+    (not the event loop's default executor), so they neither block the loop nor, when
+    stuck, starve env or trainer work.
     Decorating a method gives a descriptor: ``obj.method`` is a tool bound to
     ``obj``, so per-episode tools can use ``self.sandbox``.
 
@@ -224,6 +227,11 @@ class FunctionTool:
             return self._func(self._self, *args, **kwargs)
         return self._func(*args, **kwargs)
 
+    @property
+    def runs_in_thread(self) -> bool:
+        """Whether calls run in a tool thread (a sync function) rather than on the loop."""
+        return not self._spec.is_async
+
     def schema(self) -> dict[str, Any]:
         return {
             "type": "function",
@@ -268,7 +276,7 @@ class FunctionTool:
         if self._spec.is_async:
             result = await self._func(*args, **kwargs)
         else:
-            result = await asyncio.to_thread(self._func, *args, **kwargs)
+            result = await default_tool_threads().run(self._func, *args, **kwargs)
         return to_text(result)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from agentrl.tools.base import Tool, ToolArgumentError, to_text
 from agentrl.tools.registry import ToolRegistry
+from agentrl.tools.sanitize import scrub_text
 from agentrl.types import Message, ToolCall
 
 __all__ = ["METRIC_KEYS", "ToolExecutor", "ToolRunResult"]
@@ -42,6 +43,8 @@ METRIC_KEYS = (
     "tool_exceptions",
     "tool_dropped_over_limit",
     "tool_truncated",
+    "tool_text_replaced",  # lone surrogates replaced in tool output (see tools.sanitize)
+    "tool_threads_left_running",  # timed-out sync tools whose thread runs on (tools.threads)
     "tool_time_s",  # wall time of the whole turn's tool work
 )
 
@@ -66,6 +69,17 @@ def truncate(text: str, max_chars: int) -> tuple[str, bool]:
     return f"{text[:max_chars]}\n…[truncated {len(text) - max_chars} chars]", True
 
 
+def _really_cancelled(e: BaseException) -> bool:
+    """Whether ``e`` carries a cancellation of the running task (vs. one a tool raised)."""
+    if isinstance(e, BaseExceptionGroup):
+        if e.subgroup(asyncio.CancelledError) is None:
+            return False
+    elif not isinstance(e, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 class ToolExecutor:
     """Runs tool calls against a fixed set of tools.
 
@@ -76,7 +90,8 @@ class ToolExecutor:
         max_calls_per_turn: Calls beyond this many in one turn are not run; each
             gets an error message saying so.
         timeout_s: Wall-clock limit of one call (from when it starts running).
-            A sync tool that overruns keeps its worker thread until it returns.
+            A sync tool that overruns keeps its thread (one of the bounded pool of
+            :mod:`agentrl.tools.threads`, apart from env and trainer work) until it returns.
         max_output_chars: Longer outputs are cut, with a marker.
     """
 
@@ -113,7 +128,7 @@ class ToolExecutor:
         metrics["tool_calls"] = float(len(calls))
         sem = asyncio.Semaphore(self.max_parallel)
         to_run = calls[: self.max_calls_per_turn]
-        outcomes = await asyncio.gather(*(self._run_one(c, sem) for c in to_run))
+        outcomes = await asyncio.gather(*(self._run_one(c, sem, metrics) for c in to_run))
         texts: list[tuple[ToolCall | None, str, str | None]] = [
             (c, text, kind) for c, (text, kind) in zip(to_run, outcomes, strict=True)
         ]
@@ -130,6 +145,8 @@ class ToolExecutor:
                 metrics["tool_errors"] += 1
             text, cut = truncate(text, self.max_output_chars)
             metrics["tool_truncated"] += cut
+            text, replaced = scrub_text(text)
+            metrics["tool_text_replaced"] += replaced
             if call is None:
                 messages.append(Message.tool(text))
             else:
@@ -137,7 +154,9 @@ class ToolExecutor:
         metrics["tool_time_s"] = time.perf_counter() - t0
         return ToolRunResult(tuple(messages), metrics)
 
-    async def _run_one(self, call: ToolCall, sem: asyncio.Semaphore) -> tuple[str, str | None]:
+    async def _run_one(
+        self, call: ToolCall, sem: asyncio.Semaphore, metrics: dict[str, float]
+    ) -> tuple[str, str | None]:
         """(message text, metric name of the failure or None)."""
         if call.name not in self.tools:
             names = ", ".join(self.tools.names) or "(none)"
@@ -152,16 +171,34 @@ class ToolExecutor:
                 return f"error: {e}", "tool_bad_args"
             except TimeoutError as e:
                 if cm.expired():
+                    if getattr(tool, "runs_in_thread", False):
+                        metrics["tool_threads_left_running"] += 1
                     return (
                         f"error: tool {call.name!r} timed out after {self.timeout_s:g}s",
                         "tool_timeouts",
                     )
                 return self._exception(call, e)
-            except Exception as e:
+            except asyncio.CancelledError as e:
+                if _really_cancelled(e):
+                    raise  # the episode's timeout, a shutdown: not the tool's doing
+                return self._exception(call, e)
+            except GeneratorExit:
+                raise
+            except BaseException as e:
+                # Whatever else a tool raises is its failure, the model's to see: SystemExit
+                # (argparse, sys.exit), KeyboardInterrupt (a tool thread cannot receive a
+                # real one; a real Ctrl-C reaches the run as its main task's cancellation),
+                # custom BaseException subclasses, groups of these.
+                if isinstance(e, BaseExceptionGroup) and _really_cancelled(e):
+                    raise
                 return self._exception(call, e)
 
     @staticmethod
-    def _exception(call: ToolCall, e: Exception) -> tuple[str, str]:
+    def _exception(call: ToolCall, e: BaseException) -> tuple[str, str]:
         log.debug("tool %r raised", call.name, exc_info=e)
-        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        try:
+            text = str(e)
+        except Exception:  # a broken __str__ must not break the report
+            text = ""
+        detail = f"{type(e).__name__}: {text}" if text else type(e).__name__
         return f"error: tool {call.name!r} raised {detail}", "tool_exceptions"
