@@ -6,6 +6,10 @@ every process it spawns (API server, engine core, workers). When the parent
 process dies (even by SIGKILL), when the reaper gets SIGTERM/SIGINT, or when the
 command exits, the reaper sends SIGTERM to the group, waits a grace period, then
 SIGKILLs whatever is left. Its exit status is the command's.
+
+While the group runs, the reaper notes the ``/dev/shm`` entries its members map or hold
+open (vLLM's shared-memory queues, ``psm_*``); those still there once the group is dead
+(a member SIGKILLed before it could unlink them) are removed.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import sys
 import time
 from types import FrameType
 
-__all__ = ["main"]
+from agentrl.watchdog import ledger
+
+__all__ = ["group_members", "kill_members", "main", "shm_in_use"]
 
 _PR_SET_PDEATHSIG = 1
+_SHM = "/dev/shm/"
+_SHM_SCAN_S = 2.0
 
 
 def _set_parent_death_signal(sig: int) -> None:
@@ -33,7 +41,7 @@ def _set_parent_death_signal(sig: int) -> None:
         pass
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """Pids in process group ``pgid`` other than this process."""
     out = []
     for name in os.listdir("/proc"):
@@ -46,6 +54,54 @@ def _group_members(pgid: int) -> list[int]:
     return out
 
 
+def kill_members(pgid: int) -> None:
+    """SIGKILLs every process of group ``pgid`` but its leader (a crash the reaper outlives)."""
+    for pid in group_members(pgid):
+        if pid != pgid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def shm_in_use(pids: list[int]) -> set[str]:
+    """The ``/dev/shm`` entries the processes ``pids`` map or hold open."""
+    found: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                i = line.find(_SHM)
+                if i >= 0:
+                    found.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(_SHM):
+                        found.add(target.removesuffix(" (deleted)"))
+    return {p for p in found if "/" not in p[len(_SHM) :]}
+
+
+class _ShmTracker:
+    """Remembers the group's /dev/shm entries, to remove those left once it is dead."""
+
+    def __init__(self, pgid: int) -> None:
+        self.pgid = pgid
+        self.seen: set[str] = set()
+        self._next = 0.0
+
+    def scan(self, force: bool = False) -> None:
+        if not force and time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + _SHM_SCAN_S
+        for path in shm_in_use(group_members(self.pgid)) - self.seen:
+            self.seen.add(path)
+            ledger("path", path)
+
+    def remove_left(self) -> None:
+        for path in self.seen:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def _kill_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pgid = os.getpgid(0)
@@ -53,10 +109,10 @@ def _kill_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         child.poll()
-        if not _group_members(pgid):
+        if not group_members(pgid):
             return
         time.sleep(0.1)
-    for pid in _group_members(pgid):
+    for pid in group_members(pgid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     child.poll()
@@ -84,11 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     child = subprocess.Popen(cmd)
+    shm = _ShmTracker(os.getpgid(0))
     while not stop and child.poll() is None:
         if os.getppid() != args.parent:
             break
+        shm.scan()
         time.sleep(0.2)
+    shm.scan(force=True)
     _kill_group(args.grace, child)
+    shm.remove_left()
     code = child.poll()
     return code if code is not None and code >= 0 else 128 + signal.SIGTERM
 

@@ -309,6 +309,12 @@ class VLLMServer:
     def kill(self) -> None:
         """Kills the server tree at once (SIGKILL), as a crash would."""
         if self._proc is not None and self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, 9)
-            self._proc.wait()
+            from agentrl.inference.reaper import kill_members
+
+            kill_members(self._proc.pid)  # the reaper outlives the crash and cleans /dev/shm
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, 9)
+                self._proc.wait()

@@ -32,6 +32,7 @@ import httpx
 
 from agentrl.inference.router import Router, ServerState
 from agentrl.llm import LLMError
+from agentrl.watchdog import unwatch_path, watch_path
 
 __all__ = ["NcclWeightSync", "PauseMode", "SyncReport", "WeightSync", "write_safetensors"]
 
@@ -117,6 +118,7 @@ class WeightSync:
         self.timeout_s = timeout_s
         base = shm_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         self._root = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=base))
+        watch_path(self._root)  # removed by a watchdog if this process dies uncleanly
         self.version = max((s.weight_version for s in router.servers), default=0)
         self.weights_path: Path | None = None
         self._lock = asyncio.Lock()
@@ -124,6 +126,7 @@ class WeightSync:
     def close(self) -> None:
         """Deletes the weight files (idempotent)."""
         shutil.rmtree(self._root, ignore_errors=True)
+        unwatch_path(self._root)
 
     async def push(self, weights: Any, *, mode: PauseMode | None = None) -> SyncReport:
         """Loads ``weights`` into every healthy server and bumps the version.

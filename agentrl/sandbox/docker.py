@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits, code_argv
+from agentrl.watchdog import watch_docker
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
 
@@ -217,6 +218,8 @@ class DockerSandbox:
         t0 = time.perf_counter()
         self._client = self._client or docker_client()
         self.image = self.image or ensure_image("python", client=self._client)
+        owner = ("agentrl.host", "agentrl.pid", "agentrl.pid_start")
+        watch_docker({LABEL: "1", **{k: self._labels[k] for k in owner}})  # die with us
         lim = self.limits
         try:
             work = self._volume(f"size={lim.max_disk_mb}m,mode=0755")
