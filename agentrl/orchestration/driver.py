@@ -96,11 +96,19 @@ def select_groups(
 
 @dataclass
 class StepOutput:
-    """One training step's data and numbers."""
+    """One training step's data and numbers.
+
+    Attributes:
+        step: The step number (1-based, continuous across a resume).
+        trajectories: The episodes trained on.
+        metrics: The step's numbers.
+        tasks: Task-stream indices consumed by the step (trained or discarded).
+    """
 
     step: int
     trajectories: list[Trajectory]
     metrics: dict[str, float] = field(default_factory=dict)
+    tasks: list[int] = field(default_factory=list)
 
 
 class Driver:
@@ -139,6 +147,10 @@ class Driver:
         self.stop = stop or asyncio.Event()
         self.version = 0
         self.step = 0
+        self.training = False
+        """True while the trainer updates: its state is then neither step's (not saved)."""
+        self.unreported: StepOutput | None = None
+        """A step trained and committed whose weight push has not finished (see _commit)."""
         self._min_group = 2 if runner.group_size > 1 else 1
 
     # ------------------------------------------------------------------ shared pieces
@@ -175,7 +187,9 @@ class Driver:
     async def _train(self, groups: list[list[Trajectory]]) -> tuple[dict[str, float], float]:
         t0 = time.perf_counter()
         trajs = [t for g in groups for t in g]
+        self.training = True
         metrics = await asyncio.to_thread(self.trainer.step, trajs) if trajs else {}
+        self.training = False
         return dict(metrics), time.perf_counter() - t0
 
     async def _push(self, mode: PauseMode) -> float:
@@ -184,20 +198,40 @@ class Driver:
         self.version = await self.sync_weights(weights, mode)
         return time.perf_counter() - t0
 
-    def _output(
+    def _commit(
         self,
         groups: list[list[Trajectory]],
+        used: list[int],
         metrics: dict[str, float],
         why: Counter[str],
         times: dict[str, float],
     ) -> StepOutput:
+        """Counts a trained step: its tasks are done and the step number moves, together.
+
+        Called right after the trainer's update, before the weight push, so that the
+        trainer state, the task stream and the step number always describe the same
+        step (a crash checkpoint taken while the push fails is consistent). The step
+        stays in :attr:`unreported` until :meth:`_output` finishes it.
+        """
+        self.stream.mark_done(used)
         self.step += 1
-        trajs = [t for g in groups for t in g]
         out = dict(metrics)
         out.update({f"discard/{k}": float(v) for k, v in why.items()})
         out.update({f"time/{k}": v for k, v in times.items()})
-        out["weight_version"] = float(self.version)
         out["groups"] = float(len(groups))
+        self.unreported = StepOutput(self.step, [t for g in groups for t in g], out, sorted(used))
+        return self.unreported
+
+    def finish_unreported(self) -> StepOutput | None:
+        """The committed step whose push failed, with its numbers completed (or None)."""
+        out, self.unreported = self.unreported, None
+        return None if out is None else self._output(out, {})
+
+    def _output(self, step: StepOutput, times: dict[str, float]) -> StepOutput:
+        self.unreported = None
+        trajs, out = step.trajectories, step.metrics
+        out.update({f"time/{k}": v for k, v in times.items()})
+        out["weight_version"] = float(self.version)
         versions = [
             v for t in trajs for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
         ]
@@ -211,7 +245,7 @@ class Driver:
         if segments:  # bring-your-own agents: samples, and how many a rewritten history added
             out["gateway/segments"] = segments
             out["gateway/rewrites"] = sum(t.metrics.get("gateway/rewrites", 0.0) for t in trajs)
-        return StepOutput(self.step, trajs, out)
+        return step
 
     # ------------------------------------------------------------------ modes
 
@@ -228,11 +262,9 @@ class Driver:
         while self.step < steps and not self.stop.is_set():
             groups, used, why, t_gen = await self._collect()
             metrics, t_train = await self._train(groups)
+            done = self._commit(groups, used, metrics, why, {"generate": t_gen, "train": t_train})
             t_sync = await self._push("wait")
-            self.stream.mark_done(used)
-            yield self._output(
-                groups, metrics, why, {"generate": t_gen, "train": t_train, "sync": t_sync}
-            )
+            yield self._output(done, {"sync": t_sync})
 
     async def _one_step_off(self, steps: int) -> Any:
         pending: asyncio.Task[Any] | None = asyncio.create_task(self._collect())
@@ -247,14 +279,13 @@ class Driver:
                 pending = None if last else asyncio.create_task(self._collect())
                 metrics, t_train = await self._train(groups)
                 trained = True
-                self.stream.mark_done(used)
                 times = {
                     "generate": t_gen,
                     "wait_generate": t_wait,
                     "train": t_train,
                     "sync": t_sync,
                 }
-                yield self._output(groups, metrics, why, times)
+                yield self._output(self._commit(groups, used, metrics, why, times), {})
             if trained:
                 await self._push("wait")
         finally:
@@ -268,12 +299,14 @@ class Driver:
         buffer: asyncio.Queue[tuple[int, list[Trajectory]]] = asyncio.Queue(cfg.buffer_size)
         can_start = asyncio.Condition()
         started = 0
+        first = self.step  # a resumed run starts counting here, on the checkpoint's weights
         in_flight: set[asyncio.Task[None]] = set()
 
         def allowed() -> bool:
-            # At most (trained steps + 1 + max_staleness) batches ever started: a
-            # group starts at most max_staleness versions before it is trained.
-            return started < (self.step + 1 + cfg.max_staleness) * self.tasks_per_step
+            # At most (steps trained in this run + 1 + max_staleness) batches started:
+            # a group starts at most max_staleness versions before it is trained.
+            trained = self.step - first
+            return started < (trained + 1 + cfg.max_staleness) * self.tasks_per_step
 
         async def one(index: int, task: Any) -> None:
             group = await self._group(index, task)
@@ -308,11 +341,10 @@ class Driver:
                     why += w
                 t_wait = time.perf_counter() - t0
                 metrics, t_train = await self._train(kept)
+                times = {"wait_buffer": t_wait, "train": t_train}
+                done = self._commit(kept, used, metrics, why, times)
                 t_sync = await self._push(mode)
-                self.stream.mark_done(used)
-                out = self._output(
-                    kept, metrics, why, {"wait_buffer": t_wait, "train": t_train, "sync": t_sync}
-                )
+                out = self._output(done, {"sync": t_sync})
                 async with can_start:
                     can_start.notify_all()
                 out.metrics["buffer_groups"] = float(buffer.qsize())

@@ -23,8 +23,14 @@ from agentrl.llm import LLMClient
 from agentrl.logging.early_stop import RunWatch
 from agentrl.logging.progress import ProgressLog, plot_curve
 from agentrl.logging.run_dir import RunDir
-from agentrl.orchestration.driver import Driver, GroupRunner
+from agentrl.orchestration.driver import Driver, GroupRunner, StepOutput
 from agentrl.orchestration.evaluate import evaluate
+from agentrl.orchestration.resume import (
+    find_resume_checkpoint,
+    log_tasks,
+    rewind_logs,
+    save_run_checkpoint,
+)
 from agentrl.orchestration.startup import (
     ComponentError,
     Prepared,
@@ -36,6 +42,7 @@ from agentrl.orchestration.startup import (
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.orchestration.trainer_memory import preflight_trainer_memory
 from agentrl.rollout import AgentLoop, RolloutRunner
+from agentrl.trainer.checkpoint import CheckpointError, select_checkpoint
 
 if TYPE_CHECKING:
     from agentrl.inference.fleet import Fleet
@@ -55,11 +62,6 @@ class RunResult:
     early_stop: str | None = None
 
 
-def _checkpoint(trainer: Any, run: RunDir, driver: Driver, extra: dict[str, Any]) -> Path:
-    state = {"step": driver.step, "stream": driver.stream.state_dict(), **extra}
-    return Path(trainer.save_checkpoint(run.checkpoints, extra={"run": state}))
-
-
 async def drive(
     prep: Prepared,
     *,
@@ -70,6 +72,7 @@ async def drive(
     resume: bool,
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    push_initial: bool = False,
 ) -> RunResult:
     """Evaluates, trains with the :class:`Driver`, checkpoints and evaluates again.
 
@@ -83,6 +86,9 @@ async def drive(
         resume: Continue from the run directory's last checkpoint.
         say: Progress messages.
         on_step: Called with each step's metrics.
+        push_initial: Push the trainer's weights before anything is generated (servers
+            that were attached, not launched from the model, may serve other weights).
+            A resumed run always pushes the checkpoint's weights first.
     """
     cfg, run = prep.cfg, prep.run
 
@@ -104,12 +110,23 @@ async def drive(
         stop=stop,
     )
     if resume:
-        extra = await asyncio.to_thread(trainer.load_checkpoint, run.checkpoints)
+        ckpt = prep.checkpoint or find_resume_checkpoint(run.path, say)
+        try:
+            extra = await asyncio.to_thread(trainer.load_checkpoint, ckpt)
+        except CheckpointError as e:
+            raise ComponentError(f"--resume {run.path}: cannot resume, {e}") from e
         state = extra.get("run", {})
         driver.step = int(state.get("step", 0))
         driver.stream.load_state_dict(state["stream"])
-        await sync(await asyncio.to_thread(trainer.state_dict_for_inference), "wait")
-        say(f"resumed at step {driver.step}")
+        rewind_logs(run, driver.step, say)
+        outstanding = state["stream"].get("outstanding", [])
+        say(
+            f"resumed from {ckpt} at step {driver.step} (next task index "
+            f"{state['stream'].get('next')}, {len(outstanding)} unfinished tasks re-issued)"
+        )
+    if resume or push_initial:  # the servers generate with the trainer's weights from the start
+        weights = await asyncio.to_thread(trainer.state_dict_for_inference)
+        driver.version = await sync(weights, "wait")
 
     watch = RunWatch(cfg.early_stop, say)  # live red flags (agentrl doctor run) + early_stop
 
@@ -144,37 +161,45 @@ async def _loop(
     watch: RunWatch,
 ) -> RunResult:
     cfg, run, stop = prep.cfg, prep.run, driver.stop
+    saved = driver.step if resume else -1  # the step the newest checkpoint holds
+
+    def checkpoint(extra: dict[str, Any]) -> None:
+        nonlocal saved
+        save_run_checkpoint(trainer, run, driver, extra)
+        saved = driver.step
+
+    def record(out: StepOutput) -> None:
+        run.log(out.step, out.metrics)
+        log_tasks(run, out)
+        progress.step(out.step, out.metrics)
+        run.save_trajectories(out.step, out.trajectories)
+
     before = await run_eval(driver.step) if not resume else {}
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, stop.set)
     try:
         async for out in await driver.run(cfg.steps):
-            run.log(out.step, out.metrics)
-            progress.step(out.step, out.metrics)
-            run.save_trajectories(out.step, out.trajectories)
+            record(out)
             if on_step:
                 on_step(out.step, out.metrics)
             if watch.step(out.step, out.metrics):  # an early_stop rule holds: end after this step
                 stop.set()
             if out.step % cfg.save_every == 0:
-                await asyncio.to_thread(_checkpoint, trainer, run, driver, {})
+                await asyncio.to_thread(checkpoint, {})
             if cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps:
                 await run_eval(out.step)
         interrupted = stop.is_set() and watch.reason is None
     except Exception as e:
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(_checkpoint, trainer, run, driver, {"crashed": repr(e)})
-        component = "weight sync" if isinstance(e, ComponentError) else "trainer or rollout"
-        raise ComponentError(
-            f"{component} failed at step {driver.step + 1}: {e!r}; the last checkpoint "
-            f"is kept in {run.checkpoints} (resume with --resume {run.path})"
-        ) from e
+        raise await _crashed(e, driver, run, record, checkpoint, lambda: saved, say) from e
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
     stopped = {"early_stop": watch.reason} if watch.reason else {}
-    await asyncio.to_thread(_checkpoint, trainer, run, driver, stopped)
+    try:
+        await asyncio.to_thread(checkpoint, stopped)
+    except CheckpointError as e:
+        raise ComponentError(f"checkpoint at step {driver.step} failed: {e}") from e
     if interrupted:
         say(f"interrupted: checkpoint saved; continue with --resume {run.path}")
         return RunResult(run.path, driver.step, before, {}, interrupted=True)
@@ -184,6 +209,56 @@ async def _loop(
         json.dumps({"eval_before": before, "eval_after": after, "steps": driver.step, **stopped})
     )
     return RunResult(run.path, driver.step, before, after, early_stop=watch.reason)
+
+
+async def _crashed(
+    e: Exception,
+    driver: Driver,
+    run: RunDir,
+    record: Callable[[StepOutput], None],
+    checkpoint: Callable[[dict[str, Any]], None],
+    saved: Callable[[], int],
+    say: Callable[[str], None],
+) -> ComponentError:
+    """Keeps what a failed run can keep consistently; returns the error naming the cause.
+
+    A step trained before its weight push failed is logged and checkpointed (its
+    trainer state, tasks and number agree). Nothing is saved when the trainer failed
+    mid-update (its state is neither step's) or when saving itself failed.
+    """
+    step = driver.finish_unreported()
+    if step is not None:
+        with contextlib.suppress(Exception):
+            record(step)
+    resume = f"resume with --resume {run.path}"
+    if isinstance(e, CheckpointError):
+        return ComponentError(
+            f"checkpoint at step {driver.step} failed: {e}; the last good checkpoint is "
+            f"{_newest(run)} ({resume})"
+        )
+    where = f"at step {driver.step + 1}" if step is None else f"after step {driver.step}"
+    if driver.training:
+        kept = "the trainer failed mid-update, so its state is not saved"
+    elif saved() == driver.step:
+        kept = "the checkpoint of this step is already saved"
+    else:
+        try:
+            await asyncio.to_thread(checkpoint, {"crashed": repr(e)})
+            kept = f"checkpoint of step {driver.step} saved"
+        except Exception as ce:
+            kept = f"a checkpoint could not be saved ({ce})"
+    component = "weight sync" if isinstance(e, ComponentError) else "trainer or rollout"
+    return ComponentError(
+        f"{component} failed {where}: {e!r}; {kept}; the last good checkpoint is "
+        f"{_newest(run)} ({resume})"
+    )
+
+
+def _newest(run: RunDir) -> str:
+    try:
+        return str(select_checkpoint(run.checkpoints))
+    except CheckpointError:
+        return f"none (nothing in {run.checkpoints})"
 
 
 async def train(
@@ -240,6 +315,7 @@ async def train(
             resume=bool(resume),
             say=say,
             on_step=on_step,
+            push_initial=bool(cfg.inference.urls),
         )
     finally:
         if gateway is not None:

@@ -169,6 +169,8 @@ class Prepared:
     tokenizer: Any
     run: RunDir
     loop_config: LoopConfig
+    checkpoint: Path | None = None
+    """With ``--resume``: the checkpoint to continue from (checked at start-up)."""
 
 
 def prepare(
@@ -195,7 +197,11 @@ def prepare(
 
     model_dir = resolve_model_dir(cfg, say)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    checkpoint = None
     if resume:
+        from agentrl.orchestration.resume import find_resume_checkpoint
+
+        checkpoint = find_resume_checkpoint(Path(resume), say)  # before anything starts
         run = RunDir(resume)
     elif not keep_run:
         run = RunDir(tempfile.mkdtemp(prefix="agentrl-eval-"))
@@ -206,8 +212,9 @@ def prepare(
     lcfg = loop_config(cfg)
     AgentLoop(_NoLLM(), tokenizer, lcfg)  # refuses a bad chat template before servers start
     return Prepared(
-        cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg
-    )
+        cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg,
+        checkpoint,
+    )  # fmt: skip
 
 
 class _NoLLM:

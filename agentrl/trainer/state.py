@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,11 +19,12 @@ from torch.distributed.checkpoint.state_dict import (
 
 from agentrl.trainer.actor import save_hf_dir
 from agentrl.trainer.checkpoint import (
+    CheckpointError,
     atomic_checkpoint_dir,
     capture_rng_state,
     prune_checkpoints,
-    resolve_checkpoint,
     restore_rng_state,
+    select_checkpoint,
 )
 from agentrl.trainer.metrics import dist_active
 
@@ -66,6 +68,17 @@ def save_hf(trainer: Trainer, out_dir: str | Path) -> Path:
         save_hf_dir(trainer.policy.lm, state, out, trainer.source_dir)
     _barrier()
     return out
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state (about what ``torch.save`` writes)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_nbytes(v) for v in obj)
+    return 0
 
 
 def save_checkpoint(
@@ -124,16 +137,50 @@ def save_checkpoint(
 
     path = Path(root) / f"step_{trainer.global_step}"
     if trainer.rank == 0:
-        path = atomic_checkpoint_dir(root, trainer.global_step, write)
+        need = _nbytes(models) + _nbytes(optims) + _nbytes(state)
+        path = atomic_checkpoint_dir(root, trainer.global_step, write, expected_bytes=need)
         prune_checkpoints(root, trainer.cfg.checkpoint.keep_last)
     _barrier()
     return path
 
 
-def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
-    """Resumes from a step directory or a root (its ``latest``); returns ``extra``."""
-    ckpt = resolve_checkpoint(path)
-    state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=False)
+def _read_state(ckpt: Path) -> dict[str, Any]:
+    f = ckpt / "trainer_state.pt"
+    try:
+        return cast(dict[str, Any], torch.load(f, map_location="cpu", weights_only=False))
+    except Exception as e:
+        raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e})") from e
+
+
+def _loads(ckpt: Path) -> str | None:
+    try:
+        _read_state(ckpt)
+    except CheckpointError as e:
+        return str(e)
+    return None
+
+
+def _load(f: Path, *, weights_only: bool) -> Any:
+    try:
+        return torch.load(f, map_location="cpu", weights_only=weights_only)
+    except Exception as e:
+        raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e})") from e
+
+
+def load_checkpoint(
+    trainer: Trainer, path: str | Path, say: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Resumes from a step directory or a root; returns ``extra``.
+
+    Under a root, the newest checkpoint that passes verification is used; a truncated
+    or corrupt newer one is passed over with a message through ``say``.
+
+    Raises:
+        NoCheckpointError: No good checkpoint there (each bad file named).
+        CheckpointError: A file of the chosen checkpoint cannot be read.
+    """
+    ckpt = select_checkpoint(path, say, skip=_loads)
+    state = _read_state(ckpt)
     pairs: dict[str, tuple[nn.Module, torch.optim.Optimizer | None]] = {
         "policy": (trainer.policy, trainer.optimizer)
     }
@@ -142,13 +189,13 @@ def load_checkpoint(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     if trainer.ref is not None and (ckpt / "model_ref.pt").is_file():
         pairs["ref"] = (trainer.ref, None)
     for k, (module, opt) in pairs.items():
-        sd = torch.load(ckpt / f"model_{k}.pt", map_location="cpu", weights_only=True)
+        sd = _load(ckpt / f"model_{k}.pt", weights_only=True)
         if dist_active():
             set_model_state_dict(module, sd, options=_LOAD)
         else:
             module.load_state_dict(sd)
         if opt is not None:
-            osd = torch.load(ckpt / f"optim_{k}.pt", map_location="cpu", weights_only=False)
+            osd = _load(ckpt / f"optim_{k}.pt", weights_only=False)
             if dist_active():
                 set_optimizer_state_dict(module, opt, osd, options=_LOAD)
             else:
