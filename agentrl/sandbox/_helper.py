@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import platform
@@ -43,6 +44,60 @@ ETC_FILES = (
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
 libc = ctypes.CDLL(None, use_errno=True)
+
+# seccomp: like Docker's default profile, refuse new user namespaces (in one, the code would
+# be uid 0 with every capability over whatever that namespace owns). clone3 hides its flags
+# in memory a filter cannot read, so it gets ENOSYS and libc falls back to clone.
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, CLONE_NEWUSER = 22, 2, 0x10000000
+RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
+# machine: (AUDIT_ARCH, unshare, clone, clone3, first number of a foreign ABI on this arch)
+SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, 272, 56, 435, 0x40000000),  # x32 numbers start at 2**30
+    "aarch64": (0xC00000B7, 97, 220, 435, 0xFFFFFFFF),
+}.get(platform.machine())
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = (
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    )
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter)))
+
+
+def no_user_namespaces() -> None:
+    """Installs a seccomp filter: unshare/clone with CLONE_NEWUSER fail with EPERM, clone3
+    and foreign ABIs (i386 int 0x80, x32) with ENOSYS. Needs no_new_privs."""
+    if SECCOMP_ARCH is None:
+        raise OSError(f"no seccomp filter for {platform.machine()}")
+    audit, unshare, clone, clone3, foreign = SECCOMP_ARCH
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|..., BPF_RET
+    prog = [
+        (ld, 0, 0, 4),  # 0: A = seccomp_data.arch
+        (jeq, 1, 0, audit),  # 1: native -> 3
+        (ret, 0, 0, RET_ERRNO | errno.ENOSYS),  # 2: i386 via int 0x80 and the like
+        (ld, 0, 0, 0),  # 3: A = seccomp_data.nr
+        (jge, 0, 1, foreign),  # 4: x32 -> 5, else -> 6
+        (ret, 0, 0, RET_ERRNO | errno.ENOSYS),  # 5
+        (jeq, 0, 1, clone3),  # 6: clone3 -> 7, else -> 8
+        (ret, 0, 0, RET_ERRNO | errno.ENOSYS),  # 7
+        (jeq, 2, 0, unshare),  # 8: unshare -> 11
+        (jeq, 1, 0, clone),  # 9: clone -> 11
+        (ret, 0, 0, RET_ALLOW),  # 10
+        (ld, 0, 0, 16),  # 11: A = low 32 bits of args[0] (the flags; little-endian)
+        (jset, 0, 1, CLONE_NEWUSER),  # 12: CLONE_NEWUSER set -> 13, else -> 14
+        (ret, 0, 0, RET_ERRNO | errno.EPERM),  # 13
+        (ret, 0, 0, RET_ALLOW),  # 14
+    ]
+    insns = (SockFilter * len(prog))(*(SockFilter(*i) for i in prog))
+    fprog = SockFprog(len(prog), insns)
+    rc = libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0)
+    _check(rc, "seccomp")
 
 
 class PathError(Exception):
@@ -184,6 +239,7 @@ def child(req: dict[str, Any], cfg: dict[str, Any], fds: tuple[int, int, int]) -
         os.setgid(cfg["gid"])
         os.setuid(cfg["uid"])
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        no_user_namespaces()
         os.execvpe(req["argv"][0], req["argv"], req["env"])
     except BaseException as e:
         os.write(2, f"sandbox: cannot run {req['argv'][0]!r}: {e}\n".encode())
@@ -259,6 +315,22 @@ def resolve(path: str) -> str:
     return full
 
 
+def open_regular(full: str, shown: str, flags: int) -> int:
+    """Opens ``full`` without blocking and only if it is a regular file (not a FIFO, device,
+    socket, directory or link): a FIFO would otherwise block the helper forever."""
+    try:
+        fd = os.open(full, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ENXIO, errno.EISDIR, errno.ELOOP, errno.EOPNOTSUPP):
+            raise PathError(f"path {shown!r} is not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PathError(f"path {shown!r} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def write_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     full = resolve(req["path"])
     parent = os.path.dirname(full)
@@ -270,8 +342,9 @@ def write_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         os.mkdir(d)
         os.chown(d, cfg["uid"], cfg["gid"])
     full = resolve(req["path"])
-    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    fd = open_regular(full, req["path"], os.O_WRONLY | os.O_CREAT)
     try:
+        os.ftruncate(fd, 0)
         os.write(fd, base64.b64decode(req["data"]))
         os.fchown(fd, cfg["uid"], cfg["gid"])
     finally:
@@ -281,10 +354,8 @@ def write_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
 
 def read_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     full = resolve(req["path"])
-    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = open_regular(full, req["path"], os.O_RDONLY)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PathError(f"path {req['path']!r} is not a regular file")
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)

@@ -7,7 +7,9 @@ generated ``/etc``, a few device nodes, its own ``/proc``, and one size-limited 
 holds ``/workspace`` (the working directory), ``/tmp`` and ``/dev/shm``; then pivot_roots
 into it, so no host path is reachable. For each exec it forks a child that sets rlimits
 (CPU, address space, processes, file size), drops to a random unprivileged uid with
-no_new_privs, and execs the command. When the command ends or its wall-clock timeout
+no_new_privs and a seccomp filter that refuses new user namespaces (as Docker's default
+profile does: inside one the code would be uid 0 with every capability), and execs the
+command. When the command ends or its wall-clock timeout
 passes, the helper SIGKILLs every other process in the namespace, so nothing survives a
 call. Where a cgroup (v1 or v2) is writable, pids and memory are also capped for the whole
 sandbox. Requires root (or CAP_SYS_ADMIN) and ``unshare`` (util-linux).
@@ -126,6 +128,7 @@ class LocalSandbox:
             "uid": self.uid,
             "cgroups": list(self._cgroups.controllers),
             "rlimits": sorted(self._rlimits()),
+            "seccomp": ["no new user namespaces"],
         }
 
     async def start(self) -> None:
@@ -352,7 +355,8 @@ class LocalSandbox:
         await self._request(req)
 
     async def read_file(self, path: str) -> bytes:
-        """Reads a regular file under ``/workspace``; other paths (or links out) are ValueError."""
+        """Reads a regular file under ``/workspace``; other paths, links out, FIFOs, devices
+        and sockets are ValueError (they are never opened in a way that could block)."""
         reply = await self._request({"op": "read", "path": self._check_path(path)})
         return base64.b64decode(reply["data"])
 
