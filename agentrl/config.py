@@ -83,6 +83,40 @@ class InferenceConfig(_Strict):
     )
 
 
+class StageConfig(_Strict):
+    """One stage of a multi-stage model turn (agentrl.rollout.stages.Stage)."""
+
+    name: str = Field("", description="Name, for the stage_tokens/<name> metric.")
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Strings that end the stage; each must be one token of the policy's "
+        "vocabulary (e.g. '</think>'). The turn's end-of-turn tokens always end the turn.",
+    )
+    stop_token_ids: list[int] = Field(
+        default_factory=list, description="Token ids that end the stage, beside `stop`."
+    )
+    temperature: float | None = Field(
+        None, ge=0, description="Temperature of this stage (None: rollout.temperature)."
+    )
+    top_p: float | None = Field(
+        None, gt=0, le=1, description="Nucleus mass of this stage (None: rollout.top_p)."
+    )
+    top_k: int | None = Field(None, description="Top-k of this stage (None: off, -1).")
+    max_tokens: int | None = Field(
+        None, ge=1, description="Most tokens of this stage (None: what is left of the turn)."
+    )
+    on_budget: str = Field(
+        "",
+        description="Text inserted, untrained (loss mask 0), when the stage runs out of its "
+        "max_tokens, before the next stage (e.g. '</think>').",
+    )
+    after: str = Field(
+        "",
+        description="Text inserted, untrained, after the stage ends on a stop and before "
+        "the next stage.",
+    )
+
+
 class RolloutConfig(_Strict):
     """How episodes are sampled."""
 
@@ -125,6 +159,59 @@ class RolloutConfig(_Strict):
         description="Put the tool schemas into the system message and tool calls into the "
         "assistant text (Hermes format) for a template that drops them (e.g. plain ChatML); "
         "None: when the start-up check finds the template drops them.",
+    )
+    stages: list[StageConfig] = Field(
+        default_factory=list,
+        description="Generate each model turn as these stages, in order (multi-stage turns, "
+        "agentrl.rollout.stages; e.g. think until </think> at temperature 1.0, then answer "
+        "at 0.3 within 64 tokens); every sampled token is trainable. Empty: one request per "
+        "turn. An env's own `stages` attribute wins.",
+    )
+
+
+class RewardConfig(_Strict):
+    """A reward model as a reward source (agentrl.rewards; docs/rewards.md)."""
+
+    model: str | None = Field(
+        None,
+        description="Directory of a transformers *ForSequenceClassification reward model "
+        "with num_labels=1, served by vLLM's pooling runner; each finished episode's reward "
+        "becomes env_weight * env reward + weight * score. None: the env's reward alone.",
+    )
+    url: str | None = Field(
+        None,
+        description="Score with a pooling server already running here instead of launching "
+        "one (`model` still names the directory, for its tokenizer and checks).",
+    )
+    weight: float = Field(1.0, description="Weight of the reward model's score.")
+    env_weight: float = Field(
+        0.0, description="Weight of the env's reward (0: the reward model's score alone)."
+    )
+    clip: float | None = Field(
+        None,
+        gt=0,
+        description="Clip the score to [-clip, clip] before weighting (None: off). The total's "
+        "batch normalisation and clipping are trainer.shaping.reward_normalize / reward_clip.",
+    )
+    input: Literal["messages", "tokens"] = Field(
+        "messages",
+        description="What the reward model reads: 'messages' (the conversation rendered with "
+        "its own chat template) or 'tokens' (the episode's exact token ids; the reward model "
+        "must share the policy's tokenizer).",
+    )
+    batch_size: int = Field(32, ge=1, description="Most episodes per scoring request.")
+    timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Timeout of one scoring request; a timeout fails that group's "
+        "scoring (reward_error episodes, counted), not the run.",
+    )
+    dtype: str = Field("auto", description="vLLM --dtype of the reward model's server.")
+    max_model_len: int | None = Field(
+        None, gt=0, description="Context of the reward model's server (None: the model's)."
+    )
+    startup_timeout_s: float = Field(
+        600.0, gt=0, description="Seconds to wait for the reward model's server."
     )
 
 
@@ -223,6 +310,11 @@ class RunConfig(_Strict):
     )
 
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig,
+        description="A reward model as the episodes' reward source (reward.model=PATH); "
+        "evaluation still uses the env's reward.",
+    )
     agent: AgentConfig = Field(
         default_factory=AgentConfig,
         description="Bring-your-own agent (agent.solve set): episodes run the agent against "

@@ -177,6 +177,9 @@ class StopReason(StrEnum):
     """A bug in agentrl itself; the traceback is in ``Trajectory.error``."""
     AGENT_ERROR = "agent_error"
     """A bring-your-own agent's ``solve`` raised; the traceback is in ``Trajectory.error``."""
+    REWARD_ERROR = "reward_error"
+    """The reward model could not score the episode (server down, timeout, too long); the
+    reason is in ``Trajectory.error``. Not trained on."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from agentrl.config import OrchestrationConfig
 from agentrl.inference.weight_sync import PauseMode
 from agentrl.orchestration.tasks import TaskStream
+from agentrl.rewards import reward_model_metrics
 from agentrl.types import StopReason, Trajectory
 
 __all__ = ["Driver", "GroupRunner", "StepOutput", "TrainerLike", "select_groups"]
@@ -40,6 +41,7 @@ _NOT_TRAINABLE = {
     StopReason.TOKENIZATION_ERROR,
     StopReason.ABORTED,
     StopReason.AGENT_ERROR,
+    StopReason.REWARD_ERROR,
 }
 
 
@@ -241,6 +243,7 @@ class Driver:
         for key in ("tool_time_s", "generate_time_s", "env_time_s"):
             total = sum(t.metrics.get(key, 0.0) for t in trajs)
             out[f"episode_sum/{key}"] = total
+        out.update(reward_model_metrics(trajs))  # reward/rm_* when a reward model scored
         segments = sum(t.metrics.get("gateway/segments", 0.0) for t in trajs)
         if segments:  # bring-your-own agents: samples, and how many a rewritten history added
             out["gateway/segments"] = segments

@@ -31,6 +31,7 @@ from agentrl.orchestration.resume import (
     rewind_logs,
     save_run_checkpoint,
 )
+from agentrl.orchestration.reward_scoring import check_reward_model, open_reward_model
 from agentrl.orchestration.startup import (
     ComponentError,
     Prepared,
@@ -41,6 +42,7 @@ from agentrl.orchestration.startup import (
 )
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.orchestration.trainer_memory import preflight_trainer_memory
+from agentrl.rewards import ScoredRunner
 from agentrl.rollout import AgentLoop, RolloutRunner
 from agentrl.trainer.checkpoint import CheckpointError, select_checkpoint
 
@@ -273,6 +275,7 @@ async def train(
         from agentrl.orchestration.agent_mode import check_agent
 
         check_agent(cfg)  # before anything starts: a bad spec or Ray placement fails here
+    check_reward_model(cfg)  # reward.model: a bad path is one clear error, before anything
     if cfg.ray.address is not None:
         from agentrl.orchestration.ray_train import train_on_ray
 
@@ -284,7 +287,7 @@ async def train(
     await preflight_env(prep.env_cls, cfg.env_kwargs)
     log_dir = str(prep.run.path / "logs")
     fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
-    gateway = None
+    gateway = rm = None
     try:
         trainer = await asyncio.to_thread(
             Trainer, cfg.trainer, prep.model_dir, max_seq_len=cfg.rollout.max_total_tokens
@@ -302,6 +305,9 @@ async def train(
                 group_size=cfg.rollout.group_size,
                 max_concurrency=cfg.rollout.max_concurrency,
             )
+        if cfg.reward.model:  # a reward model scores each group (its server dies with the run)
+            rm = await open_reward_model(cfg, prep.tokenizer, log_dir)
+            runner = ScoredRunner(runner, rm.scorer)
 
         async def push(weights: dict[str, Any], mode: PauseMode) -> int:
             return int((await fleet.sync_weights(weights, mode=mode)).version)
@@ -318,6 +324,8 @@ async def train(
             push_initial=bool(cfg.inference.urls),
         )
     finally:
+        if rm is not None:
+            await rm.close()
         if gateway is not None:
             await gateway.close()
         await fleet.close()
