@@ -10,13 +10,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.trainer.advantages import ADVANTAGE_ESTIMATORS
-from agentrl.trainer.losses import AGG_MODES, POLICY_LOSSES
+from agentrl.trainer.losses import AGG_MODES, POLICY_LOSSES, PREFERENCE_LOSSES
 
 __all__ = [
     "ActorConfig",
     "AdvantageConfig",
     "CheckpointConfig",
     "CriticConfig",
+    "DPOConfig",
     "KLConfig",
     "OptimConfig",
     "PolicyLossConfig",
@@ -101,7 +102,8 @@ class PolicyLossConfig(_Section):
     name: str = Field(
         default="ppo",
         description="Policy loss: ppo (clip, clip-higher), dual_clip, gspo, pg "
-        "(or any name registered in POLICY_LOSSES).",
+        "(or any name registered in POLICY_LOSSES); dpo: preference pairs instead of "
+        "advantages (see the dpo section).",
     )
     clip_low: float = Field(
         default=0.2, ge=0.0, description="ε_low: ratio lower bound 1-ε_low (GSPO paper: 3e-4)."
@@ -137,10 +139,9 @@ class PolicyLossConfig(_Section):
     @field_validator("name")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        if v not in POLICY_LOSSES:
-            raise ValueError(
-                f"unknown policy loss {v!r}; valid: {', '.join(sorted(POLICY_LOSSES))}"
-            )
+        if v not in POLICY_LOSSES and v not in PREFERENCE_LOSSES:
+            valid = ", ".join(sorted([*POLICY_LOSSES, *PREFERENCE_LOSSES]))
+            raise ValueError(f"unknown policy loss {v!r}; valid: {valid}")
         return v
 
     @field_validator("agg")
@@ -372,6 +373,48 @@ class ActorConfig(_Section):
     trust_remote_code: bool = Field(default=False, description="Passed to from_pretrained.")
 
 
+class DPOConfig(_Section):
+    """Direct preference optimization (used when ``loss.name='dpo'``).
+
+    Each step trains on pairs (chosen, rejected): the best and the worst episode of each
+    group of the step's batch (by raw reward), and/or ``pairs_per_step`` pairs of the
+    ``pairs`` file. The reference model is ``kl.ref_model_path`` or a frozen copy of the
+    starting weights; ``kl.coef`` is not used.
+    """
+
+    beta: float = Field(
+        default=0.1,
+        gt=0.0,
+        description="β: sigmoid: -log σ(β·h) (Rafailov et al. 2023 eq. 7); ipo: "
+        "(h - 1/(2β))² (Azar et al. 2023). Also scales the logged implicit rewards.",
+    )
+    variant: Literal["sigmoid", "ipo"] = Field(
+        default="sigmoid", description="sigmoid: DPO's loss; ipo: IPO's squared loss."
+    )
+    length_norm: bool = Field(
+        default=False,
+        description="Average log-prob per model token instead of the sum, for policy and "
+        "reference alike (SimPO's length normalisation, Meng et al. 2024 eq. 4, with the "
+        "reference kept).",
+    )
+    from_groups: bool = Field(
+        default=True,
+        description="Build one pair per group of the step's episodes (best vs worst reward; "
+        "groups with one episode or no reward spread are skipped and counted).",
+    )
+    pairs: str | None = Field(
+        default=None,
+        description="A preference-pairs file (.jsonl/.json/.parquet; rows: prompt or "
+        "messages, chosen, rejected as messages or strings, optional tools), tokenized with "
+        "the model's chat template; loss on the assistant tokens only.",
+    )
+    pairs_per_step: int = Field(
+        default=8,
+        gt=0,
+        description="Pairs taken from the ``pairs`` file each step (a seeded shuffle, cycled).",
+    )
+
+
 class CheckpointConfig(_Section):
     """Where and how checkpoints are kept."""
 
@@ -397,6 +440,7 @@ class TrainerConfig(_Section):
     checkpoint: CheckpointConfig = Field(
         default_factory=CheckpointConfig, description="Checkpoints."
     )
+    dpo: DPOConfig = Field(default_factory=DPOConfig, description="DPO settings (loss.name='dpo').")
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:
@@ -411,7 +455,14 @@ class TrainerConfig(_Section):
             raise ValueError(
                 "loss 'pg' is on-policy: set update.epochs=1 and update.mini_batches=1"
             )
+        if self.loss.name == "dpo" and not self.dpo.from_groups and self.dpo.pairs is None:
+            raise ValueError("loss 'dpo' with dpo.from_groups=false needs a pairs file: dpo.pairs")
         return self
+
+    @property
+    def needs_ref(self) -> bool:
+        """Whether a frozen reference model is loaded (KL, or DPO's reference)."""
+        return self.kl.enabled or self.loss.name in PREFERENCE_LOSSES
 
     @property
     def uses_critic(self) -> bool:

@@ -17,6 +17,7 @@ __all__ = [
     "AGG_MODES",
     "DEFAULT_DUAL_CLIP_C",
     "POLICY_LOSSES",
+    "PREFERENCE_LOSSES",
     "PolicyLossOutput",
     "agg_loss",
     "agg_weights",
@@ -157,6 +158,11 @@ POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "gspo": gspo_loss,
     "pg": pg_loss,
 }
+
+
+# Losses on preference pairs instead of advantages: ``Trainer.step`` hands the batch to
+# ``agentrl.trainer.dpo`` (pairs from groups or a file; DPO / IPO in trainer.preference).
+PREFERENCE_LOSSES = ("dpo",)
 
 
 def compute_policy_loss(

@@ -277,7 +277,7 @@ def plan_memory(
     per_worker = available / max(1, local_world)
     chunk = auto_chunk(shape.vocab) if u.logprob_chunk == "auto" else int(u.logprob_chunk)
     kw = dict(
-        seq_len=max_seq_len, chunk=chunk, ref_model=bool(cfg.kl.enabled), world=world,
+        seq_len=max_seq_len, chunk=chunk, ref_model=bool(cfg.needs_ref), world=world,
         separate_critic=bool(cfg.uses_critic and cfg.critic.kind == "separate"),
         bf16=device == "cuda" and a.dtype != "float32", flash=flash, coef=coef,
     )  # fmt: skip

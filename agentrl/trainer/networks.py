@@ -99,7 +99,7 @@ def build_networks(
         config.update.packing if config.update.packing is not None else attn == "flash_attention_2"
     )
     ref_lm = None
-    if config.kl.enabled:
+    if config.needs_ref:  # KL, or DPO's reference
         if config.kl.ref_model_path:
             ref_lm, _ = load_causal_lm(config.kl.ref_model_path, config.actor, device)
         else:

@@ -139,6 +139,16 @@ class Trainer:
         self.optimizer_steps = 0
         self.samples_seen = 0
         self.dropped_groups_total = 0
+        self.dpo_file_pairs = None
+        if config.loss.name == "dpo":
+            from agentrl.trainer.dpo import load_file_pairs
+
+            if self.world > 1:
+                raise ValueError(
+                    "trainer.loss.name=dpo runs on one trainer worker; this group has "
+                    f"{self.world} (use one worker, or a policy-gradient loss)"
+                )
+            self.dpo_file_pairs = load_file_pairs(self)
 
     # ----------------------------------------------------------------------------- state
 
@@ -244,6 +254,10 @@ class Trainer:
             ValueError: A trajectory whose fields disagree (named), or a bad batch.
             NonFiniteError: NaN/inf in a loss or the gradients (the update is not applied).
         """
+        if self.cfg.loss.name == "dpo":  # preference pairs instead of advantages
+            from agentrl.trainer.dpo import dpo_step
+
+            return dpo_step(self, trajectories, weight_version=weight_version)
         cfg, timer = self.cfg, PhaseTimer()
         t_start = time.perf_counter()
         self._peak.reset()
