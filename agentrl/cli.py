@@ -227,6 +227,44 @@ def view_cmd(
         console.print(f"error: {t.error}", markup=False)
 
 
+@app.command("sft")
+def sft_cmd(
+    from_dir: Annotated[
+        str, typer.Option("--from", help="A run directory written by agentrl train.")
+    ],
+    min_reward: Annotated[
+        float, typer.Option("--min-reward", help="Keep episodes with reward >= this.")
+    ] = 1.0,
+    output: Annotated[
+        str | None, typer.Option("--output", help="Model directory (default RUN_DIR/sft_model).")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model to fine-tune (default: the run's model.path)."),
+    ] = None,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Passes over the episodes.")] = 1,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="Episodes per optimizer step.")
+    ] = 8,
+    lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate.")] = 1e-5,
+) -> None:
+    """Rejection-sampling fine-tuning: train on the model tokens of a run's good episodes."""
+    from agentrl.orchestration.sft import SFTError, run_sft
+
+    try:
+        res = run_sft(
+            from_dir, min_reward=min_reward, output_dir=output, model=model, epochs=epochs,
+            batch_size=batch_size, lr=lr, say=lambda m: console.print(m, markup=False),
+        )  # fmt: skip
+    except SFTError as e:
+        raise _fail(str(e)) from e
+    console.print(
+        f"trained on {res.episodes_kept} of {res.episodes_total} episodes, {res.steps} steps "
+        f"(nll {res.nll_first:.4f} → {res.nll_last:.4f}); model: {res.output_dir}",
+        markup=False,
+    )
+
+
 @app.command("make-tiny-model")
 def make_tiny_model(
     seed: Annotated[int, typer.Option(help="Seed of the tokenizer, init and SFT data.")] = 0,

@@ -283,6 +283,13 @@ async def train(
     from agentrl.trainer import Trainer
 
     prep = prepare(cfg, resume, say)
+    if cfg.trainer.loss.name == "dpo" and cfg.trainer.dpo.pairs:  # a bad file fails here
+        from agentrl.trainer.pairs_file import PairsFileError, load_pairs_file
+
+        try:
+            load_pairs_file(cfg.trainer.dpo.pairs, prep.tokenizer)
+        except PairsFileError as e:
+            raise ComponentError(f"trainer.dpo.pairs: {e}") from e
     cfg, _ = preflight_trainer_memory(cfg, prep.model_dir, say)  # before any server starts
     await preflight_env(prep.env_cls, cfg.env_kwargs)
     log_dir = str(prep.run.path / "logs")
