@@ -197,8 +197,38 @@ def view_cmd(
     run_dir: Annotated[str, typer.Argument(help="A run directory.")],
     step: Annotated[int | None, typer.Option(help="Step to show (default: the last).")] = None,
     episode: Annotated[int, typer.Option(help="Index of the episode in that step.")] = 0,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Serve the trajectory inspector, a local web page of the whole run (episodes "
+            "filterable by step, reward, stop reason and task; tokens coloured by loss mask "
+            "and rollout probability; tool calls, turn rewards; charts of the step metrics) "
+            "until Ctrl-C. --step and --episode choose the episode it opens on.",
+        ),
+    ] = False,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="--web: port (0: a free one).")
+    ] = 8765,
+    host: Annotated[
+        str, typer.Option("--host", help="--web: address to listen on (local only by default).")
+    ] = "127.0.0.1",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            help="--web: model directory whose tokenizer turns token ids into text, or 'tiny' "
+            "(default: the run's final_model/, else its model.path, else the tiny model's).",
+        ),
+    ] = None,
 ) -> None:
-    """Show one recorded episode: messages, reasoning, reward, stop, tokens, strategy."""
+    """Show one recorded episode: messages, reasoning, reward, stop, tokens, strategy.
+
+    With --web, serve the trajectory inspector for the whole run instead.
+    """
+    if web:
+        _view_web(run_dir, step, episode if step is not None else None, port, host, tokenizer)
+        return
     from agentrl.logging.run_dir import read_trajectories
 
     files = sorted(Path(run_dir, "trajectories").glob("step_*.parquet"))
@@ -225,6 +255,48 @@ def view_cmd(
         console.print(f"[{m.role}] {m.content}{calls}", markup=False)
     if t.error:
         console.print(f"error: {t.error}", markup=False)
+
+
+def _view_web(
+    run_dir: str, step: int | None, episode: int | None, port: int, host: str, tok: str | None
+) -> None:
+    from urllib.parse import urlencode
+
+    from agentrl.inspector import (
+        NotARunDirError,
+        RunData,
+        ServeError,
+        TokenizerNotFoundError,
+        bind,
+        create_app,
+        find_decoder,
+        serve,
+    )
+    from agentrl.inspector.serve import is_loopback
+
+    try:
+        run = RunData(run_dir)
+        sock = bind(host, port)
+    except (NotARunDirError, ServeError) as e:
+        raise _fail(str(e)) from e
+    try:
+        decoder, note = find_decoder(run.path, tok)
+    except (TokenizerNotFoundError, OSError, ValueError) as e:
+        sock.close()
+        raise _fail(str(e)) from e
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    query: dict[str, str] = {"step": str(step)} if step is not None else {}
+    if step is not None and episode is not None:
+        query["episode"] = f"{step}-{episode}"
+    url = f"http://{shown}:{bound}/" + (f"?{urlencode(query)}" if query else "")
+    console.print(f"inspector for {run.path} at {url}", markup=False, soft_wrap=True)
+    console.print(f"{note}; Ctrl-C stops it", markup=False, soft_wrap=True)
+    if not is_loopback(host):
+        console.print(
+            f"[yellow]warning:[/] listening on {host}: anyone who can reach it can read this run"
+        )
+    serve(create_app(run, decoder, note), sock, on_stop=lambda: console.print("inspector stopped"))
 
 
 @app.command("sft")
