@@ -189,6 +189,11 @@ def prepare(
 
     from agentrl.env_registry import resolve_env
 
+    checkpoint = None
+    if resume:  # a run with nothing to resume from fails before anything is built
+        from agentrl.orchestration.resume import find_resume_checkpoint
+
+        checkpoint = find_resume_checkpoint(Path(resume), say)
     env_cls = resolve_env(cfg.env)
     train_rows, eval_rows = load_tasks_for(cfg, env_cls)
 
@@ -197,11 +202,7 @@ def prepare(
 
     model_dir = resolve_model_dir(cfg, say)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    checkpoint = None
     if resume:
-        from agentrl.orchestration.resume import find_resume_checkpoint
-
-        checkpoint = find_resume_checkpoint(Path(resume), say)  # before anything starts
         run = RunDir(resume)
     elif not keep_run:
         run = RunDir(tempfile.mkdtemp(prefix="agentrl-eval-"))

@@ -159,13 +159,15 @@ def atomic_checkpoint_dir(
 
     Raises:
         DiskFullError: Not enough space (before or while writing); nothing of the new
-            checkpoint is left behind and the previous one stays intact.
+            checkpoint is left behind and the previous one stays intact. ``write``
+            should write through Python file objects (``torch.save(obj, f)``) so that
+            the out-of-space error reaches here.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step}"
     free = _free_bytes(root)
-    if expected_bytes and free is not None and free < expected_bytes + (1 << 20):
+    if expected_bytes and free is not None and free < expected_bytes * 1.02 + (64 << 10):
         raise _disk_full(root, final, expected_bytes, None)
     tmp = root / f".tmp-{PREFIX}{step}-{uuid.uuid4().hex[:8]}"
     try:
@@ -191,15 +193,25 @@ def atomic_checkpoint_dir(
         finally:
             ptr_tmp.unlink(missing_ok=True)
         _fsync_path(root)
-    except OSError as e:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in _DISK_FULL:
-            raise _disk_full(root, final, expected_bytes, e) from e
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        full = _disk_full_cause(e)
+        if full is not None:
+            raise _disk_full(root, final, expected_bytes, full) from e
         raise
     return final
+
+
+def _disk_full_cause(e: BaseException) -> OSError | None:
+    """The out-of-space OSError behind ``e`` (torch.save wraps it in a RuntimeError)."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _DISK_FULL:
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def verify_checkpoint(path: str | Path) -> str | None:

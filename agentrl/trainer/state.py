@@ -128,12 +128,16 @@ def save_checkpoint(
         "config": trainer.cfg.model_dump(mode="json"),
     }
 
+    def save(obj: Any, path: Path) -> None:
+        with open(path, "wb") as f:  # a file object: a full disk surfaces as OSError(ENOSPC)
+            torch.save(obj, f)
+
     def write(tmp: Path) -> None:
         for k, sd in models.items():
-            torch.save(sd, tmp / f"model_{k}.pt")
+            save(sd, tmp / f"model_{k}.pt")
         for k, osd in optims.items():
-            torch.save(osd, tmp / f"optim_{k}.pt")
-        torch.save(state, tmp / "trainer_state.pt")  # written last: marks completeness
+            save(osd, tmp / f"optim_{k}.pt")
+        save(state, tmp / "trainer_state.pt")  # written last: marks completeness
 
     path = Path(root) / f"step_{trainer.global_step}"
     if trainer.rank == 0:

@@ -61,7 +61,7 @@ def test_crash_mid_save_keeps_last_good_checkpoint(
     real_save = torch.save
 
     def crash(obj, f, *a, **kw):
-        if str(f).endswith("trainer_state.pt"):
+        if str(getattr(f, "name", f)).endswith("trainer_state.pt"):
             raise OSError("disk full")
         return real_save(obj, f, *a, **kw)
 
