@@ -41,6 +41,8 @@ class Fleet(AsyncClosing):
         health_timeout_s: Timeout of one ``/health`` call.
         unhealthy_after: Consecutive failed checks that take a server out.
         sync_mode: Default pause mode of weight syncs.
+        sync_recover_timeout_s: How long a weight sync that no server took waits for a
+            server to recover (restarted, or answering again) and load the weights.
     """
 
     def __init__(
@@ -52,13 +54,16 @@ class Fleet(AsyncClosing):
         health_timeout_s: float = 5.0,
         unhealthy_after: int = 2,
         sync_mode: PauseMode = "keep",
+        sync_recover_timeout_s: float = 900.0,
     ) -> None:
         self.router = router
         self.servers = list(servers)
         self.health_interval_s = health_interval_s
         self.health_timeout_s = health_timeout_s
         self.unhealthy_after = unhealthy_after
-        self.weight_sync = WeightSync(router, mode=sync_mode)
+        self.weight_sync = WeightSync(
+            router, mode=sync_mode, recover_timeout_s=sync_recover_timeout_s
+        )
         self.restarts = 0
         self._fails = [0] * len(self.servers)
         self._recovering: dict[int, asyncio.Task[None]] = {}
@@ -166,12 +171,8 @@ class Fleet(AsyncClosing):
             if good:
                 self._fails[i] = 0
                 if not state.healthy:  # answering again: catch up on weights, rejoin
-                    try:
-                        await self.weight_sync.load_current(state)
-                    except Exception as e:
-                        log.warning("%s answers but could not load weights: %s", state.url, e)
-                        continue
-                    self.router.set_healthy(state.url, True)
+                    # In the background: loading waits for a push in progress to let go.
+                    self._recovering[i] = asyncio.create_task(self._rejoin(i))
                 continue
             self._fails[i] += 1
             proc = self.servers[i]
@@ -180,6 +181,18 @@ class Fleet(AsyncClosing):
                 self.router.set_healthy(state.url, False)
                 if self.servers[i] is not None:
                     self._recovering[i] = asyncio.create_task(self._recover(i))
+
+    async def _rejoin(self, i: int) -> None:
+        """Loads the current weights into an attached server that answers again."""
+        state = self.router.servers[i]
+        try:
+            await self.weight_sync.load_current(state)
+        except Exception as e:
+            log.warning("%s answers but could not load weights: %s", state.url, e)
+            return
+        finally:
+            self._recovering.pop(i, None)
+        self.router.set_healthy(state.url, True)
 
     async def _recover(self, i: int) -> None:
         """Restarts server ``i``, loads the current weights, puts it back in rotation."""

@@ -103,6 +103,9 @@ class WeightSync:
         mode: Default pause mode.
         shm_dir: Where weight files go (default ``/dev/shm`` when it exists).
         timeout_s: Timeout of each control call.
+        recover_timeout_s: When no server took a push (all failed, hung, or were out
+            of rotation), how long :meth:`push` waits for one to come back with the new
+            weights (a fleet's recovery loads them) before it fails.
     """
 
     def __init__(
@@ -112,10 +115,12 @@ class WeightSync:
         mode: PauseMode = "keep",
         shm_dir: str | None = None,
         timeout_s: float = 300.0,
+        recover_timeout_s: float = 900.0,
     ) -> None:
         self.router = router
         self.mode: PauseMode = mode
         self.timeout_s = timeout_s
+        self.recover_timeout_s = recover_timeout_s
         base = shm_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         self._root = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=base))
         watch_path(self._root)  # removed by a watchdog if this process dies uncleanly
@@ -136,9 +141,34 @@ class WeightSync:
                 holds ``*.safetensors`` in the served model's checkpoint format.
             mode: Pause mode for this sync (default: the one given at construction).
 
+        A server that fails or is taken out of rotation (its health checks failed)
+        during the sync is left behind: it gets these weights when it recovers. When no
+        server took them, the push waits (without holding the sync lock, so a recovering
+        server can load them) up to ``recover_timeout_s`` for one to come back with them.
+
         Raises:
-            LLMError: A server refused a step (it is taken out of rotation).
+            LLMError: No server took the weights, and none came back with them in time.
         """
+        report, error = await self._push_locked(weights, mode)
+        if error is None:
+            return report
+        await self._await_recovery(report.version, error)
+        return report
+
+    async def _await_recovery(self, version: int, error: str) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.recover_timeout_s:
+            if any(s.healthy and s.weight_version >= version for s in self.router.servers):
+                return
+            await asyncio.sleep(0.25)
+        raise LLMError(
+            f"weight sync v{version} failed on every server ({error}) and no server came "
+            f"back with the new weights within {self.recover_timeout_s:.0f} s"
+        )
+
+    async def _push_locked(
+        self, weights: Any, mode: PauseMode | None
+    ) -> tuple[SyncReport, str | None]:
         async with self._lock:
             t0 = time.monotonic()
             version = self.version + 1
@@ -152,9 +182,10 @@ class WeightSync:
             write_s = time.monotonic() - t0
             servers = [s for s in self.router.servers if s.healthy]
             results = await asyncio.gather(
-                *(self._sync_one(s, path, version, mode or self.mode) for s in servers),
+                *(self._guarded(s, self._sync_one(s, path, version, mode or self.mode))
+                  for s in servers),
                 return_exceptions=True,
-            )
+            )  # fmt: skip
             errors = [
                 (s, r)
                 for s, r in zip(servers, results, strict=True)
@@ -165,14 +196,39 @@ class WeightSync:
             old, self.weights_path, self.version = self.weights_path, path, version
             if old is not None and old != path and old.is_relative_to(self._root):
                 shutil.rmtree(old, ignore_errors=True)
-            if errors and len(errors) == len(servers):
-                raise LLMError(f"weight sync v{version} failed on every server: {errors[0][1]!r}")
             pauses = {
                 s.url: float(r)
                 for s, r in zip(servers, results, strict=True)
                 if isinstance(r, float)
             }
-            return SyncReport(version, time.monotonic() - t0, write_s, pauses, size)
+            report = SyncReport(version, time.monotonic() - t0, write_s, pauses, size)
+            if not servers:
+                return report, "no server was in rotation"
+            if len(errors) == len(servers):
+                return report, f"{errors[0][0].url}: {errors[0][1]!r}"
+            return report, None
+
+    async def _guarded(self, s: ServerState, coro: Any) -> float:
+        """Runs one server's sync; gives up on it once it is taken out of rotation.
+
+        A server that hangs mid-sync fails its health checks and is taken out (and
+        restarted by a fleet); waiting for its control call's timeout would hold every
+        push (and the lock a recovery needs) for that long.
+        """
+        task = asyncio.ensure_future(coro)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=0.25)
+                if done:
+                    return float(task.result())
+                if not s.healthy:
+                    raise LLMError(f"{s.url} was taken out of rotation during the weight sync")
+        finally:
+            if not task.done():
+                task.cancel()
+                _, pending = await asyncio.wait({task}, timeout=5.0)  # its finally: /resume
+                for t in pending:
+                    t.cancel()
 
     async def load_current(self, server: ServerState) -> None:
         """Brings one (restarted) server to the current weights and version."""
