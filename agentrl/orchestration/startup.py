@@ -21,6 +21,7 @@ from agentrl.env import Env, call_maybe_async
 from agentrl.llm import SamplingParams
 from agentrl.logging.run_dir import RunDir
 from agentrl.rollout import AgentLoop, LoopConfig
+from agentrl.rollout.stages import Stage
 
 __all__ = [
     "ComponentError",
@@ -89,6 +90,7 @@ def loop_config(cfg: RunConfig) -> LoopConfig:
         reasoning_parser=r.reasoning_parser,
         template_strategy=r.template_strategy,
         inject_tools=r.inject_tools,
+        stages=tuple(Stage(**s.model_dump()) for s in r.stages),
     )
 
 

@@ -61,6 +61,9 @@ class Stage:
     after: str = ""
 
     def __post_init__(self) -> None:
+        # Lists (from a config file) become tuples, so a Stage stays hashable.
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"stage {self.name!r}: max_tokens must be ≥ 1, got {self.max_tokens}")
         if self.temperature is not None and self.temperature < 0:

@@ -206,3 +206,17 @@ async def test_two_stage_retool_example_thinks_then_answers(tokenizer):
     assert [(r["temperature"], r["max_tokens"]) for r in server.requests] == [(1.0, 192), (0.3, 64)]
     assert set(traj.loss_mask[traj.prompt_length :]) == {1}
     assert "Think inside <think></think>" in traj.messages[0].content
+
+
+def test_config_stages_reach_the_loop_config():
+    from agentrl.config import load_config
+    from agentrl.orchestration.startup import loop_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "two-stage-retool.yaml", [])
+    stages = loop_config(cfg).stages
+    assert stages == (
+        Stage(
+            name="think", stop=("</think>",), temperature=1.0, max_tokens=192, on_budget="</think>"
+        ),
+        Stage(name="answer", temperature=0.3, max_tokens=64),
+    )
