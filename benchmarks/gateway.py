@@ -83,8 +83,13 @@ class Delayed:
         return await self.inner.generate(prompt_ids, params, session_id=session_id)
 
 
+def _loop_config(turns: int) -> LoopConfig:
+    """The budgets of both paths (the gateway's limits are the same LoopConfig)."""
+    return LoopConfig(max_turns=turns + 1, max_total_tokens=8192, max_tokens_per_turn=64)
+
+
 async def _native(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> dict[str, float]:
-    cfg = LoopConfig(max_turns=turns + 1, max_total_tokens=8192, max_tokens_per_turn=64)
+    cfg = _loop_config(turns)
     runner = RolloutRunner(AgentLoop(llm, tok, cfg), lambda: GoOn(turns), max_concurrency=conc)
     t0 = time.perf_counter()
     res = await runner.run([{"id": i} for i in range(episodes)])
@@ -107,10 +112,12 @@ def _stats(trajs: Sequence[Any], wall: float) -> dict[str, Any]:
     }
 
 
-async def _gateway(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> dict[str, float]:
-    limits = GatewayLimits(max_turns=turns + 1, max_total_tokens=8192, max_tokens_per_turn=64)
+async def _gateway(
+    llm: Any, tok: Any, episodes: int, turns: int, conc: int, transport: str = "in_process"
+) -> dict[str, float]:
+    limits = GatewayLimits(loop=_loop_config(turns))
     async with Gateway(llm, tok, limits) as gw:
-        runner = AgentRunner(gw, go_on_agent(turns), max_concurrency=conc)
+        runner = AgentRunner(gw, go_on_agent(turns), max_concurrency=conc, transport=transport)
         peak = 0
 
         async def watch() -> None:
@@ -134,6 +141,7 @@ async def _gateway(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> 
 async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict[str, Any]:
     native = await _native(llm, tok, a.episodes, a.turns, a.concurrency)
     gateway = await _gateway(llm, tok, a.episodes, a.turns, a.concurrency)
+    http = await _gateway(llm, tok, a.episodes, a.turns, a.concurrency, transport="http")
     out = {
         "regime": name,
         "episodes": a.episodes,
@@ -144,6 +152,9 @@ async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict
         "ratio_gateway_over_native": gateway["episodes_per_s"] / native["episodes_per_s"],
         "ratio_turns_per_s": gateway["turns_per_s"] / native["turns_per_s"],
         "ratio_model_tokens_per_s": gateway["model_tokens_per_s"] / native["model_tokens_per_s"],
+        "gateway_http": http,
+        "ratio_http_over_native": http["episodes_per_s"] / native["episodes_per_s"],
+        "ratio_http_turns_per_s": http["turns_per_s"] / native["turns_per_s"],
     }
     print(json.dumps(out), flush=True)
     return out

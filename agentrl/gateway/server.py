@@ -21,6 +21,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,18 +39,37 @@ from agentrl.gateway.templates import Templates
 from agentrl.llm import LLMClient
 from agentrl.types import StopReason
 
-__all__ = ["Gateway"]
+__all__ = ["Answer", "Gateway", "sse_bytes"]
 
 
 def _error(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A response, whatever carries it: a JSON ``body``, or ``stream`` (SSE events)."""
+
+    status: int
+    body: Any
+    stream: Iterator[dict[str, Any]] | None = None
+
+
+def sse_bytes(items: Iterator[dict[str, Any]]) -> bytes:
+    """``items`` as one server-sent-events body, ``[DONE]`` last."""
+    return b"".join(
+        [*(f"data: {json.dumps(i, ensure_ascii=False)}\n\n".encode() for i in items), _DONE]
+    )
+
+
+_DONE = b"data: [DONE]\n\n"
+
+
 def _sse(items: Iterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     async def gen() -> AsyncIterator[bytes]:
         for item in items:
             yield f"data: {json.dumps(item, ensure_ascii=False)}\n\n".encode()
-        yield b"data: [DONE]\n\n"
+        yield _DONE
 
     return gen()
 
@@ -89,10 +109,14 @@ class Gateway:
         self.port = port
         lim = self.limits
         self.templates = Templates(
-            tokenizer, tool_parser=lim.tool_parser, reasoning_parser=lim.reasoning_parser,
+            tokenizer, tool_parser=lim.tool_parser, reasoning_parser=lim.loop.reasoning_parser,
             inject_tools=lim.inject_tools, parser=parser,
         )  # fmt: skip
         self.sessions: dict[str, Session] = {}
+        self._models = {
+            "object": "list",
+            "data": [{"id": lim.model_name, "object": "model", "owned_by": "agentrl"}],
+        }
         self.app = self._make_app()
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -130,10 +154,6 @@ class Gateway:
 
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="agentrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
-        models = {
-            "object": "list",
-            "data": [{"id": self.limits.model_name, "object": "model", "owned_by": "agentrl"}],
-        }
 
         @app.get("/health")
         async def health() -> dict[str, Any]:
@@ -141,15 +161,12 @@ class Gateway:
 
         @app.get("/sessions/{token}/v1/models")
         async def session_models(token: str) -> Response:
-            try:
-                self._session(token)
-            except ApiError as e:
-                return _error(e)
-            return JSONResponse(models)
+            ans = self.models(token)
+            return JSONResponse(ans.body, status_code=ans.status)
 
         @app.get("/v1/models")
         async def list_models() -> dict[str, Any]:
-            return models
+            return self._models
 
         @app.post("/sessions/{token}/v1/chat/completions")
         async def chat(token: str, request: Request) -> Response:
@@ -174,10 +191,17 @@ class Gateway:
         return app
 
     async def _handle(self, token: str, request: Request, *, chat: bool) -> Response:
+        ans = await self.answer(token, await request.body(), chat=chat)
+        if ans.stream is not None:
+            return StreamingResponse(_sse(ans.stream), media_type="text/event-stream")
+        return JSONResponse(ans.body, status_code=ans.status)
+
+    async def answer(self, token: str, raw: bytes, *, chat: bool) -> Answer:
+        """Answers one request body to a session's chat/completions (``chat``) or
+        completions route, whichever transport it came over (HTTP or in-process)."""
         session: Session | None = None
         try:
             session = self._session(token)
-            raw = await request.body()
             try:
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -189,27 +213,34 @@ class Gateway:
                     chunks = chat_chunks(
                         reply, logprobs=creq.logprobs, include_usage=creq.include_usage
                     )
-                    return StreamingResponse(_sse(chunks), media_type="text/event-stream")
-                return JSONResponse(chat_body(reply, logprobs=creq.logprobs))
+                    return Answer(200, None, chunks)
+                return Answer(200, chat_body(reply, logprobs=creq.logprobs))
             treq = parse_completion_request(body)
             reply = await session.complete(treq)
             out = completion_body(reply, logprobs=treq.logprobs, stream=treq.stream)
             if treq.stream:
-                return StreamingResponse(_sse(iter([out])), media_type="text/event-stream")
-            return JSONResponse(out)
+                return Answer(200, None, iter([out]))
+            return Answer(200, out)
         except ApiError as e:
             if session is not None:
                 session.count(f"gateway/errors_{e.status}")
                 session.last_api_error = e.message
-            return _error(e)
+            return Answer(e.status, e.body())
         except Exception:  # a bug here must not take the run down: the episode records it
             tb = traceback.format_exc()
             if session is not None:
                 session.end(StopReason.INTERNAL_ERROR, tb)
-            return JSONResponse(
-                error_body(f"internal gateway error: {tb.splitlines()[-1]}", status=500),
-                status_code=500,
+            return Answer(
+                500, error_body(f"internal gateway error: {tb.splitlines()[-1]}", status=500)
             )
+
+    def models(self, token: str) -> Answer:
+        """``GET models`` of a session."""
+        try:
+            self._session(token)
+        except ApiError as e:
+            return Answer(e.status, e.body())
+        return Answer(200, self._models)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -222,7 +253,9 @@ class Gateway:
             def capture_signals(self) -> Iterator[None]:  # the run owns SIGINT
                 yield
 
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP;
+        # without it each response waits for the client's delayed ACK (~40 ms a request).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = int(sock.getsockname()[1])

@@ -31,6 +31,7 @@ from agentrl.gateway.record import Segment, to_trajectory
 from agentrl.gateway.responses import Reply
 from agentrl.gateway.templates import Templates
 from agentrl.llm import Generation, LLMClient, LLMError, SamplingParams
+from agentrl.rollout.agent_loop import LoopConfig
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.types import Message, StopReason, ToolCall, Trajectory
 
@@ -41,31 +42,35 @@ __all__ = ["GatewayLimits", "Session"]
 class GatewayLimits:
     """The run's limits on what an agent may ask for, and how its model is rendered.
 
+    The episode budgets, sampling defaults and parsers are the AgentLoop's own
+    :class:`~agentrl.rollout.LoopConfig` (one source of truth for both kinds of run);
+    the rest is what only the gateway needs.
+
     Attributes:
-        max_turns: Most model calls per episode; later calls get a ``length`` finish.
-        max_total_tokens: Context budget of one segment (prompt + every turn).
-        max_tokens_per_turn: Most tokens one call may generate (an agent's
-            ``max_tokens`` may only lower it).
+        loop: Budgets (``max_turns``: most model calls per episode, later calls get a
+            ``length`` finish; ``max_total_tokens``: context budget of one segment;
+            ``max_tokens_per_turn``: an agent's ``max_tokens`` may only lower it),
+            ``sampling`` defaults for what the agent does not send, and the run's
+            ``tool_parser`` / ``reasoning_parser``.
         max_temperature: An agent's temperature above this is lowered to it.
-        sampling: Defaults for what the agent does not send.
-        tool_parser: The run's tool-call parser (``agentrl.tools.make_tool_parser``).
-        reasoning_parser: The run's reasoning parser (None: none).
         strategy: "as_sampled" or "per_turn" (the template strategy of the run).
         inject_tools: Tool schemas and calls in the Hermes format, for a template
-            that drops them (as the AgentLoop does).
+            that drops them (as the AgentLoop does; then ``tool_parser="auto"`` reads
+            Hermes).
         model_name: The model id ``GET /v1/models`` lists (any ``model`` is accepted).
     """
 
-    max_turns: int = 8
-    max_total_tokens: int = 4096
-    max_tokens_per_turn: int = 1024
+    loop: LoopConfig = field(default_factory=LoopConfig)
     max_temperature: float = 2.0
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    tool_parser: str = "hermes"
-    reasoning_parser: str | None = None
     strategy: str = "as_sampled"
     inject_tools: bool = False
     model_name: str = "agentrl-policy"
+
+    @property
+    def tool_parser(self) -> str:
+        """The tool parser the gateway uses: Hermes for injected tools under ``auto``."""
+        name = self.loop.tool_parser
+        return "hermes" if self.inject_tools and name == "auto" else name
 
 
 def _canon(obj: Any) -> str:
@@ -148,31 +153,31 @@ class Session:
 
     def _params(self, s: Sampling, context: int, chat: ChatTokenizer) -> SamplingParams | None:
         """Sampling parameters within the run's limits; None when the budget is spent."""
-        lim = self.limits
-        if self.turns >= lim.max_turns:
+        lim, loop = self.limits, self.limits.loop
+        if self.turns >= loop.max_turns:
             self.end(StopReason.MAX_TURNS)
             return None
-        room = min(lim.max_tokens_per_turn, lim.max_total_tokens - context)
+        room = min(loop.max_tokens_per_turn, loop.max_total_tokens - context)
         if room <= 0:
             self.end(StopReason.MAX_TOKENS)
             return None
-        temperature = lim.sampling.temperature if s.temperature is None else s.temperature
+        temperature = loop.sampling.temperature if s.temperature is None else s.temperature
         if temperature > lim.max_temperature:
             temperature = lim.max_temperature
             if s.temperature is not None:  # the agent asked for more than the run allows
                 self.count("gateway/clamped_params")
-        if s.max_tokens is not None and s.max_tokens > lim.max_tokens_per_turn:
+        if s.max_tokens is not None and s.max_tokens > loop.max_tokens_per_turn:
             self.count("gateway/clamped_params")
-        stops = lim.sampling.stop_token_ids
+        stops = loop.sampling.stop_token_ids
         extra = tuple(i for i in chat.eot_ids if i not in stops)
         if extra and extra != (self.templates.tokenizer.eos_token_id,):
             stops = (*stops, *extra)  # families that end a turn on more than eos
         return replace(
-            lim.sampling,
+            loop.sampling,
             max_tokens=room if s.max_tokens is None else min(s.max_tokens, room),
             temperature=temperature,
-            top_p=lim.sampling.top_p if s.top_p is None else s.top_p,
-            seed=lim.sampling.seed if s.seed is None else s.seed,
+            top_p=loop.sampling.top_p if s.top_p is None else s.top_p,
+            seed=loop.sampling.seed if s.seed is None else s.seed,
             stop_token_ids=stops,
         )
 

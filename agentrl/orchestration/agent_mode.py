@@ -45,13 +45,8 @@ def gateway_limits(
     lc = loop_config(cfg)
     loop = AgentLoop(_NoLLM(), tokenizer, lc)
     limits = GatewayLimits(
-        max_turns=lc.max_turns,
-        max_total_tokens=lc.max_total_tokens,
-        max_tokens_per_turn=lc.max_tokens_per_turn,
+        loop=lc,
         max_temperature=cfg.agent.max_temperature if max_temperature is None else max_temperature,
-        sampling=lc.sampling,
-        tool_parser=lc.tool_parser,
-        reasoning_parser=lc.reasoning_parser,
         strategy=loop.strategy,
         inject_tools=loop.inject_tools,
     )

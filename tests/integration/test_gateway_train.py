@@ -72,6 +72,7 @@ async def test_gateway_reuses_real_sampled_ids_streaming_and_not(untrained_model
 
     from agentrl.gateway import Gateway, GatewayLimits
     from agentrl.inference.client import CompletionsClient
+    from agentrl.rollout import LoopConfig
 
     tok = AutoTokenizer.from_pretrained(str(untrained_model_dir))
     seen: list[list[int]] = []
@@ -84,7 +85,7 @@ async def test_gateway_reuses_real_sampled_ids_streaming_and_not(untrained_model
             seen.append(list(prompt_ids))
             return await self.inner.generate(prompt_ids, params, session_id=session_id)
 
-    limits = GatewayLimits(max_tokens_per_turn=8)
+    limits = GatewayLimits(loop=LoopConfig(max_tokens_per_turn=8))
     async with CompletionsClient(server_url) as llm, Gateway(Spy(llm), tok, limits) as gw:
         s = gw.open_session("real")
         client = openai.AsyncOpenAI(base_url=gw.base_url(s), api_key="-", max_retries=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -18,7 +19,9 @@ import pytest
 
 from agentrl.gateway.server import Gateway
 from agentrl.gateway.session import GatewayLimits
+from agentrl.gateway.transport import in_process_client
 from agentrl.llm import Generation, LLMError, SamplingParams
+from agentrl.rollout import LoopConfig
 from agentrl.testing.scripted_server import ScriptedLLM, ScriptedServer, TextPolicy, fake_logprob
 from agentrl.types import StopReason
 
@@ -61,19 +64,36 @@ def tool_then_answer(prompt: str) -> str:
     return "Let me run it.\n" + CALL
 
 
+def _limits(**kw: Any) -> GatewayLimits:
+    """GatewayLimits from flat keywords: LoopConfig's fields go to ``loop``."""
+    names = {f.name for f in dataclasses.fields(LoopConfig)}
+    loop = LoopConfig(**{k: v for k, v in kw.items() if k in names})
+    return GatewayLimits(loop=loop, **{k: v for k, v in kw.items() if k not in names})
+
+
 @contextlib.asynccontextmanager
 async def gateway(
-    tokenizer: Any, reply: Callable[[str], str] = tool_then_answer, llm: Any = None, **limits: Any
-) -> AsyncIterator[tuple[Gateway, Recording, Any]]:
-    """A started gateway, its LLM double, and a session with its openai client."""
+    tokenizer: Any, reply: Callable[[str], str] = tool_then_answer, llm: Any = None,
+    transport: str = "http", **limits: Any,
+) -> AsyncIterator[tuple[Gateway, Recording, Any]]:  # fmt: skip
+    """A started gateway, its LLM double, and a session with its openai client (over
+    HTTP, or in process as AgentRunner's clients are)."""
     rec = llm or Recording(TextPolicy(tokenizer, reply))
-    async with Gateway(rec, tokenizer, GatewayLimits(**limits)) as gw:
+    async with Gateway(rec, tokenizer, _limits(**limits)) as gw:
         session = gw.open_session("ep-0")
-        client = openai.AsyncOpenAI(base_url=gw.base_url(session), api_key="-", max_retries=0)
+        client = _client(gw, gw.base_url(session), transport)
         try:
             yield gw, rec, (session, client)
         finally:
             await client.close()
+
+
+def _client(gw: Gateway, base_url: str, transport: str) -> openai.AsyncOpenAI:
+    http = in_process_client(gw) if transport == "in_process" else None
+    return openai.AsyncOpenAI(base_url=base_url, api_key="-", max_retries=0, http_client=http)
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["http", "in_process"])
 
 
 def render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
@@ -81,8 +101,9 @@ def render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None) ->
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-async def test_tool_call_round_trip_records_the_template_tokens_exactly(tokenizer):
-    async with gateway(tokenizer) as (_gw, rec, (session, client)):
+@TRANSPORTS
+async def test_tool_call_round_trip_records_the_template_tokens_exactly(tokenizer, transport):
+    async with gateway(tokenizer, transport=transport) as (_gw, rec, (session, client)):
         msgs: list[dict[str, Any]] = [{"role": "user", "content": "2+2?"}]
         r1 = await client.chat.completions.create(model="any", messages=msgs, tools=TOOLS)
         c1 = r1.choices[0]
@@ -143,8 +164,9 @@ async def test_earlier_turns_are_the_sampled_ids_never_retokenized(tokenizer):
     assert render(tokenizer, msgs)[len(first) : len(first) + 5] != ids  # re-tokenized differs
 
 
-async def test_streaming_returns_content_and_tool_calls(tokenizer):
-    async with gateway(tokenizer) as (_gw, _rec, (_s, client)):
+@TRANSPORTS
+async def test_streaming_returns_content_and_tool_calls(tokenizer, transport):
+    async with gateway(tokenizer, transport=transport) as (_gw, _rec, (_s, client)):
         msgs: list[dict[str, Any]] = [{"role": "user", "content": "2+2?"}]
         stream = await client.chat.completions.create(
             model="m", messages=msgs, tools=TOOLS, stream=True,
@@ -281,8 +303,11 @@ async def test_text_completions_reuse_the_recorded_ids(tokenizer):
     assert len(session.segments) == 2  # the unrelated prompt is a new segment
 
 
-async def test_errors_are_openai_error_bodies_the_client_raises(tokenizer):
-    async with gateway(tokenizer, reply=lambda p: "ok") as (gw, _rec, (session, client)):
+@TRANSPORTS
+async def test_errors_are_openai_error_bodies_the_client_raises(tokenizer, transport):
+    async with gateway(tokenizer, reply=lambda p: "ok", transport=transport) as (
+        gw, _rec, (session, client),
+    ):  # fmt: skip
         msgs = [{"role": "user", "content": "q"}]
         with pytest.raises(openai.BadRequestError) as e:
             await client.chat.completions.create(model="m", messages=msgs, presence_penalty=0.5)
@@ -307,10 +332,7 @@ async def test_errors_are_openai_error_bodies_the_client_raises(tokenizer):
             )  # fmt: skip
         assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
         assert session.metrics["gateway/errors_400"] == 6.0
-        other = openai.AsyncOpenAI(
-            base_url=gw.base_url(session).replace(session.token, "nope"), api_key="-",
-            max_retries=0,
-        )  # fmt: skip
+        other = _client(gw, gw.base_url(session).replace(session.token, "nope"), transport)
         with pytest.raises(openai.NotFoundError, match="unknown session"):
             await other.chat.completions.create(model="m", messages=msgs)
         await other.close()
