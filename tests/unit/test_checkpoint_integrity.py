@@ -115,10 +115,13 @@ def test_resume_without_a_checkpoint_is_one_clear_message(tmp_path: Path) -> Non
 
 
 @contextlib.contextmanager
-def _small_disk(path: Path, size: int) -> Iterator[tuple[str, Callable[[], None]]]:
+def _small_disk(
+    path: Path, size: int
+) -> Iterator[tuple[str, Callable[[], None], Callable[[], None]]]:
     """A real filesystem of ``size`` bytes at ``path`` (tmpfs). Where mounting is not
-    permitted: a plain directory and a function that sets RLIMIT_FSIZE to 16 KiB (call
-    it once the first checkpoint is written). Yields (kind, that function)."""
+    permitted: a plain directory and a function ``fill`` that sets RLIMIT_FSIZE to
+    16 KiB (call it once the first checkpoint is written). ``grow`` frees the disk
+    (remounts bigger / lifts the limit). Yields (kind, fill, grow)."""
     path.mkdir(parents=True)
     try:
         mounted = subprocess.run(
@@ -129,8 +132,12 @@ def _small_disk(path: Path, size: int) -> Iterator[tuple[str, Callable[[], None]
     except OSError:  # no mount command
         mounted = False
     if mounted:
+
+        def grow_fs() -> None:
+            subprocess.run(["mount", "-o", "remount,size=64m", str(path)], check=True)
+
         try:
-            yield "tmpfs", lambda: None
+            yield "tmpfs", lambda: None, grow_fs
         finally:
             subprocess.run(["umount", "-l", str(path)], check=False)
         return
@@ -140,8 +147,11 @@ def _small_disk(path: Path, size: int) -> Iterator[tuple[str, Callable[[], None]
     def fill() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, old[1]))
 
+    def grow() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+
     try:
-        yield "rlimit", fill
+        yield "rlimit", fill, grow
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old)
         signal.signal(signal.SIGXFSZ, old_handler)
@@ -157,7 +167,7 @@ def _ckpt_bytes(tmp: Path) -> int:
 def test_a_full_disk_mid_checkpoint_keeps_the_last_good_one(tmp_path: Path) -> None:
     one = _ckpt_bytes(tmp_path)
     disk = tmp_path / "disk"
-    with _small_disk(disk, int(one * 1.6)) as (kind, fill):
+    with _small_disk(disk, int(one * 1.6)) as (kind, fill, _):
         root = disk / "c"
         t = _trainer(root)
         t.step(random_batch(4))

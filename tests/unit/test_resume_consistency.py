@@ -20,7 +20,7 @@ import torch
 
 from agentrl import Env, StepResult
 from agentrl.config import OrchestrationConfig, load_config
-from agentrl.logging.run_dir import RunDir
+from agentrl.logging.run_dir import RunDir, read_trajectories
 from agentrl.orchestration.driver import Driver
 from agentrl.orchestration.run import drive
 from agentrl.orchestration.startup import ComponentError, Prepared, loop_config
@@ -45,7 +45,8 @@ class CoinEnv(Env):
 class CountingTrainer:
     """Trains by recording task indices; its state is saved and loaded like a real trainer's."""
 
-    def __init__(self, fail_update: int | None = None) -> None:
+    def __init__(self, fail_update: int | None = None, blob: int = 0) -> None:
+        self.blob = torch.zeros(blob // 4)  # makes checkpoints this big
         self.global_step = 0
         self.trained: list[list[int]] = []  # per update: stream indices of its groups
         self.fail_update = fail_update
@@ -64,9 +65,12 @@ class CountingTrainer:
 
     def save_checkpoint(self, root, extra=None):
         state = {"global_step": self.global_step, "trained": self.trained, "extra": extra or {}}
-        return atomic_checkpoint_dir(
-            root, self.global_step, lambda d: torch.save(state, d / "trainer_state.pt")
-        )
+
+        def write(d: Path) -> None:
+            with open(d / "trainer_state.pt", "wb") as f:
+                torch.save({**state, "blob": self.blob}, f)
+
+        return atomic_checkpoint_dir(root, self.global_step, write)
 
     def load_checkpoint(self, path):
         path = Path(path)
@@ -93,7 +97,18 @@ def _prep(tmp: Path, tokenizer, mode: str, steps: int) -> Prepared:
     )  # fmt: skip
 
 
-def _run(tmp, tokenizer, trainer, *, mode, steps, resume, fail_push: int | None = None):
+def _run(
+    tmp,
+    tokenizer,
+    trainer,
+    *,
+    mode,
+    steps,
+    resume,
+    fail_push=None,
+    on_step=None,
+    push_initial=False,
+):
     prep = _prep(tmp, tokenizer, mode, steps)
     llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "ok"))
     runner = RolloutRunner(AgentLoop(llm, tokenizer, prep.loop_config), CoinEnv, group_size=2)
@@ -109,8 +124,9 @@ def _run(tmp, tokenizer, trainer, *, mode, steps, resume, fail_push: int | None 
 
     said: list[str] = []
     coro = drive(
-        prep, runner=runner, trainer=trainer, llm=llm, push=push, resume=resume, say=said.append
-    )
+        prep, runner=runner, trainer=trainer, llm=llm, push=push, resume=resume, say=said.append,
+        on_step=on_step, push_initial=push_initial,
+    )  # fmt: skip
     return asyncio.run(coro), said
 
 
@@ -218,3 +234,41 @@ async def test_fully_async_resume_keeps_the_staleness_bound_from_its_first_step(
             if m
         ]  # fmt: skip
         assert o.metrics["weight_version"] - 1 - min(versions) <= 1  # trained ≤ 1 version stale
+
+
+def test_a_full_disk_at_a_checkpoint_stops_the_run_with_one_message_and_resume_works(
+    tmp_path: Path, tokenizer
+) -> None:
+    from tests.unit.test_checkpoint_integrity import _small_disk
+
+    disk = tmp_path / "disk"
+    with _small_disk(disk, 1600 << 10) as (_, fill, grow):
+        run = disk / "run"
+        with pytest.raises(ComponentError) as err:
+            _run(run, tokenizer, CountingTrainer(blob=1 << 20), mode="sync", steps=3,
+                 resume=False, on_step=lambda step, _m: fill() if step == 2 else None)  # fmt: skip
+        msg = str(err.value)
+        assert msg.startswith("checkpoint at step 2 failed: disk full:"), msg
+        assert str(run / "checkpoints" / "step_2") in msg
+        assert f"the last good checkpoint is {run / 'checkpoints' / 'step_1'}" in msg
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_1"]
+        grow()  # space freed: the run resumes from step 1 and trains each task once
+        resumed = CountingTrainer(blob=1 << 20)
+        result, _ = _run(run, tokenizer, resumed, mode="sync", steps=3, resume=True)
+        assert result.steps_done == 3 and resumed.trained == [[0, 1], [2, 3], [4, 5]]
+        assert _train_steps(run) == [1, 2, 3]
+
+
+def test_attached_servers_get_the_trainers_weights_before_generating(
+    tmp_path: Path, tokenizer
+) -> None:
+    trainer = CountingTrainer()
+    _run(tmp_path, tokenizer, trainer, mode="sync", steps=1, resume=False, push_initial=True)
+    lines = [m for m in RunDir(tmp_path).metrics() if m["kind"] == "train"]
+    # One push before anything was sampled (v1), one after the step (v2); the eval before
+    # training already ran on v1.
+    assert lines[0]["weight_version"] == 2.0
+    trajs = read_trajectories(tmp_path / "trajectories" / "step_000001.parquet")
+    assert {v for t in trajs for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m} == {
+        1
+    }
