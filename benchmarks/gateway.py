@@ -3,8 +3,11 @@
 The same episodes both ways: a user message, then ``turns`` model turns, each
 followed by a "go on" user message. The native path runs them as an Env through
 the AgentLoop; the gateway path runs them as ``solve(task, client)`` with the real
-``openai.AsyncOpenAI`` client over real HTTP on 127.0.0.1 through the gateway.
-Both talk to the same LLM:
+``openai.AsyncOpenAI`` client, as AgentRunner gives it (in process: its requests are
+handed to the gateway's handler) and over real HTTP on 127.0.0.1 (``gateway_http``).
+``openai_client_only`` is the CPU the agent and its client spend per request when
+answered at once by a canned transport, without any gateway: the floor of any path
+through the ``openai`` client. All talk to the same LLM:
 
 * scripted: the in-process scripted policy, answering after ``--latency-ms`` (a
   stand-in for a server's generation time; 0 measures pure framework overhead);
@@ -30,6 +33,7 @@ from typing import Any
 
 from agentrl import Env, Message, StepResult
 from agentrl.gateway import AgentRunner, Gateway, GatewayLimits
+from agentrl.gateway.transport import client_httpx
 from agentrl.llm import Generation, SamplingParams
 from agentrl.models.tokenizer import build_tokenizer
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
@@ -51,6 +55,46 @@ class GoOn(Env):
         self.t += 1
         done = self.t >= self.turns
         return StepResult(observation=[Message.user("go on")], reward=float(done), terminated=done)
+
+
+class _Canned:
+    """An httpx transport that answers every chat request with the same completion."""
+
+    def __init__(self) -> None:
+        httpx = client_httpx()
+        body = {
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                         "message": {"role": "assistant", "content": "fine words here"}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14},
+        }  # fmt: skip
+        raw = json.dumps(body).encode()
+
+        class T(httpx.AsyncBaseTransport):  # type: ignore[name-defined]
+            async def handle_async_request(self, request: Any) -> Any:
+                await request.aread()
+                return httpx.Response(
+                    200, headers=[(b"content-type", b"application/json")], content=raw,
+                    request=request,
+                )  # fmt: skip
+
+        self.transport = T()
+
+
+async def _client_only(episodes: int, turns: int) -> dict[str, float]:
+    """The agent and its ``openai`` client alone, answered at once without a gateway: the
+    floor of any path through the ``openai`` client (CPU per request)."""
+    import openai
+
+    solve = go_on_agent(turns)
+    c0 = time.process_time()
+    for i in range(episodes):
+        http = openai.DefaultAsyncHttpxClient(transport=_Canned().transport)
+        async with openai.AsyncOpenAI(
+            base_url="http://canned/v1", api_key="-", max_retries=0, http_client=http
+        ) as client:
+            await solve({"id": i}, client)
+    return {"cpu_ms_per_turn": 1e3 * (time.process_time() - c0) / (episodes * turns)}
 
 
 def go_on_agent(turns: int) -> Any:
@@ -91,12 +135,12 @@ def _loop_config(turns: int) -> LoopConfig:
 async def _native(llm: Any, tok: Any, episodes: int, turns: int, conc: int) -> dict[str, float]:
     cfg = _loop_config(turns)
     runner = RolloutRunner(AgentLoop(llm, tok, cfg), lambda: GoOn(turns), max_concurrency=conc)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = await runner.run([{"id": i} for i in range(episodes)])
-    return _stats(res.trajectories, time.perf_counter() - t0)
+    return _stats(res.trajectories, time.perf_counter() - t0, time.process_time() - c0)
 
 
-def _stats(trajs: Sequence[Any], wall: float) -> dict[str, Any]:
+def _stats(trajs: Sequence[Any], wall: float, cpu: float) -> dict[str, Any]:
     turns = sum(t.num_turns for t in trajs)
     tokens = sum(t.num_model_tokens for t in trajs)
     stops: dict[str, int] = {}
@@ -108,6 +152,7 @@ def _stats(trajs: Sequence[Any], wall: float) -> dict[str, Any]:
         "turns_per_s": turns / wall,
         "model_tokens_per_s": tokens / wall,
         "turns": turns,
+        "cpu_ms_per_turn": 1e3 * cpu / max(turns, 1),
         "stop_reasons": stops,
     }
 
@@ -127,13 +172,13 @@ async def _gateway(
                 await asyncio.sleep(0.01)
 
         w = asyncio.create_task(watch())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = await runner.run([{"id": i} for i in range(episodes)])
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         w.cancel()
     trajs = res.trajectories
     segments = sum(t.metrics.get("gateway/segments", 0.0) for t in trajs)
-    out = _stats(trajs, wall)
+    out = _stats(trajs, wall, cpu)
     out.update(peak_sessions=peak, segments_per_episode=segments / max(len(trajs), 1))
     return out
 
@@ -142,6 +187,7 @@ async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict
     native = await _native(llm, tok, a.episodes, a.turns, a.concurrency)
     gateway = await _gateway(llm, tok, a.episodes, a.turns, a.concurrency)
     http = await _gateway(llm, tok, a.episodes, a.turns, a.concurrency, transport="http")
+    floor = await _client_only(min(a.episodes, 64), a.turns)
     out = {
         "regime": name,
         "episodes": a.episodes,
@@ -155,6 +201,8 @@ async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict
         "gateway_http": http,
         "ratio_http_over_native": http["episodes_per_s"] / native["episodes_per_s"],
         "ratio_http_turns_per_s": http["turns_per_s"] / native["turns_per_s"],
+        # CPU of the agent's openai client alone per request, vs all of a native turn.
+        "openai_client_only": floor,
     }
     print(json.dumps(out), flush=True)
     return out
@@ -166,7 +214,7 @@ async def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument(
-        "--latency-ms", type=float, nargs="*", default=[0.0, 200.0],
+        "--latency-ms", type=float, nargs="*", default=[0.0, 200.0, 1000.0],
         help="Scripted generation latencies to measure (0: pure overhead).",
     )  # fmt: skip
     p.add_argument(
