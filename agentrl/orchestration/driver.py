@@ -190,7 +190,9 @@ class Driver:
         t0 = time.perf_counter()
         trajs = [t for g in groups for t in g]
         self.training = True
-        metrics = await asyncio.to_thread(self.trainer.step, trajs) if trajs else {}
+        # Called with an empty batch too: the trainer counts the step (``step/skipped``),
+        # so its step number and the run's stay equal (checkpoints are named by it).
+        metrics = await asyncio.to_thread(self.trainer.step, trajs)
         self.training = False
         return dict(metrics), time.perf_counter() - t0
 
