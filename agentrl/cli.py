@@ -8,9 +8,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-app = typer.Typer(
+from agentrl.cli_errors import cli_app_class
+
+app = cli_app_class()(  # a plain typer.Typer whose app() prints user errors as one line
     name="agentrl",
-    help="Reinforcement learning for multi-turn, tool-using LLM agents.",
+    help="Reinforcement learning for multi-turn, tool-using LLM agents. "
+    "A mistake in the input prints one line; --debug (anywhere) shows its traceback.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -454,7 +457,9 @@ def doctor_reward(
 
 
 def main() -> None:
-    app()
+    from agentrl.cli_errors import run_cli
+
+    run_cli(app)  # user errors as one line (--debug: traceback); SIGTERM unwinds cleanly
 
 
 if __name__ == "__main__":

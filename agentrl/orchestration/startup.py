@@ -18,6 +18,7 @@ from typing import Any
 from agentrl.config import RunConfig, dump_config
 from agentrl.data import read_rows
 from agentrl.env import Env, call_maybe_async
+from agentrl.errors import TaskSpecError, UserError
 from agentrl.llm import SamplingParams
 from agentrl.logging.run_dir import RunDir
 from agentrl.rollout import AgentLoop, LoopConfig
@@ -53,12 +54,15 @@ def load_tasks_for(
     if cfg.tasks:
         # An agent (agent.solve) gets its task file's rows as they are; an env validates them.
         loader = None if cfg.agent.solve else getattr(env_cls, "load_tasks", None)
-        rows = loader(cfg.tasks) if loader else [r for _, r in read_rows(cfg.tasks)]
+        try:
+            rows = loader(cfg.tasks) if loader else [r for _, r in read_rows(cfg.tasks)]
+        except (OSError, ValueError) as e:  # missing, unreadable or malformed: the user's file
+            raise TaskSpecError(f"tasks={cfg.tasks}: {e}") from e
         n_eval = min(cfg.eval.num_tasks, max(1, len(rows) // 10))
         return rows[n_eval:], rows[:n_eval]
     default = getattr(env_cls, "default_tasks", None)
     if default is None:
-        raise ValueError(
+        raise TaskSpecError(
             f"env {cfg.env!r} has no built-in tasks (no default_tasks); give a task file "
             "with tasks=PATH"
         )
@@ -70,7 +74,9 @@ def load_tasks_for(
     try:  # checked against the signature, so a TypeError inside the generator is not hidden
         inspect.signature(default).bind(split="train", n=1, seed=cfg.seed, **kwargs)
     except TypeError as e:
-        raise ValueError(f"task_kwargs {kwargs} do not fit {cfg.env}'s default_tasks: {e}") from e
+        raise TaskSpecError(
+            f"task_kwargs {kwargs} do not fit {cfg.env}'s default_tasks: {e}"
+        ) from e
     train_rows = default(split="train", n=4096, seed=cfg.seed, **kwargs)
     eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs)
     return train_rows, eval_rows
@@ -203,7 +209,14 @@ def prepare(
         return env_cls(**cfg.env_kwargs)
 
     model_dir = resolve_model_dir(cfg, say)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as e:  # not a directory, no tokenizer files, unknown hub id
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"model {model_dir!r}: cannot load its tokenizer ({first}); give model.path a "
+            "model directory with tokenizer files, or a named model (agentrl model list)"
+        ) from e
     if resume:
         run = RunDir(resume)
     elif not keep_run:

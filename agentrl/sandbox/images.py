@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentrl.errors import DockerUnavailableError
+
 __all__ = [
     "ImageBuildError",
     "build_image",
@@ -56,12 +58,14 @@ def docker_client() -> Any:
     try:
         import docker
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise RuntimeError("the `docker` Python package is missing: pip install docker") from e
+        raise DockerUnavailableError(
+            "the `docker` Python package is missing: pip install docker"
+        ) from e
     try:
         client = docker.from_env(timeout=120, max_pool_size=64)
         client.ping()
     except Exception as e:
-        raise RuntimeError(
+        raise DockerUnavailableError(
             f"no Docker engine answers ({e}). Start one with `sudo bash scripts/setup-docker.sh` "
             "(installs docker.io and starts dockerd), or set DOCKER_HOST to a running engine."
         ) from e

@@ -1,0 +1,21 @@
+"""The one error type for mistakes a user can fix: the CLI prints its message, no traceback."""
+
+from __future__ import annotations
+
+__all__ = ["DockerUnavailableError", "TaskSpecError", "UserError"]
+
+
+class UserError(Exception):
+    """A mistake the user can fix (config, env spec, task file, model directory, missing
+    Docker); its message names the cause and the fix. ``agentrl`` prints it as one line
+    and exits with status 2 (``--debug`` shows the traceback)."""
+
+
+class TaskSpecError(UserError, ValueError):
+    """The tasks of a run cannot be had: no task file and no built-in tasks, a task file
+    missing or malformed, ``task_kwargs`` that do not fit the env."""
+
+
+class DockerUnavailableError(UserError, RuntimeError):
+    """No Docker engine answers (or the ``docker`` package is missing); the message says
+    how to start one."""
