@@ -1,0 +1,330 @@
+"""Fault-injection harness: real ``agentrl train`` subprocesses, their accounting, leaks, records.
+
+Each chaos case drives the real CLI (``python -m agentrl.cli train ...``) in its own
+process group, injects one fault, and writes a :class:`ChaosRecord` as JSON under
+:func:`results_dir` (``benchmarks/chaos_report.py`` prints them as a table).
+
+Accounting reads what the run left on disk: the task index of every trained group
+(``trajectories/step_N.parquet``, group id ``batch:index:task``), the train lines of
+``metrics.jsonl`` and the task stream's state in the newest checkpoint (which tasks
+were handed out and not yet trained: they are re-issued on resume, so they are not
+lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CASE_ENV = "AGENTRL_CHAOS_CASE"
+"""Environment variable every process of a case inherits: how its leftovers are found."""
+
+
+def results_dir() -> Path:
+    """Where case records go (``AGENTRL_CHAOS_RESULTS`` or ``<repo>/.chaos/results``)."""
+    path = Path(os.environ.get("AGENTRL_CHAOS_RESULTS") or REPO / ".chaos" / "results")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class ChaosRecord:
+    """What one fault did to one run."""
+
+    case: str
+    mode: str
+    outcome: str = "unknown"
+    episodes_lost: int | None = None
+    duplicated: int | None = None
+    steps_lost: int | None = None
+    recovery_s: float | None = None
+    leaks: list[str] = field(default_factory=list)
+    detail: str = ""
+
+    def write(self) -> Path:
+        """Writes ``<results>/<case>-<mode>.json`` (replacing an older record of the case)."""
+        path = results_dir() / f"{self.case}-{self.mode}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**asdict(self), "time": time.time()}, indent=1))
+        os.replace(tmp, path)
+        return path
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def overrides(model_dir: Path, url: str | None, out: Path, name: str, **extra: Any) -> list[str]:
+    """Small, fast run settings (tiny model, 2 tasks × 2 episodes, short turns)."""
+    base: dict[str, Any] = {
+        "model.path": str(model_dir),
+        "output_dir": str(out),
+        "run_name": name,
+        "rollout.tasks_per_step": 2,
+        "rollout.group_size": 2,
+        "rollout.max_turns": 2,
+        "rollout.max_tokens_per_turn": 12,
+        "rollout.max_total_tokens": 512,
+        "rollout.episode_timeout_s": 120,
+        "eval.num_tasks": 2,
+        "eval.every": 0,
+        "trainer.optim.lr": 1e-3,
+        "save_every": 1,
+        "wandb": "disabled",
+    }
+    if url is not None:
+        base["inference.urls"] = f'["{url}"]'
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+class TrainProc:
+    """``agentrl train`` as a subprocess in its own session, output in ``log``.
+
+    Args:
+        args: Arguments after ``agentrl train``.
+        run_dir: The run directory it writes (output_dir/run_name).
+        case_id: Value of ``AGENTRL_CHAOS_CASE`` in its environment.
+    """
+
+    def __init__(self, args: list[str], run_dir: Path, case_id: str, tag: str = "") -> None:
+        self.run_dir = run_dir
+        self.log_path = run_dir.parent / f"{run_dir.name}{tag}.out"
+        env = {**os.environ, CASE_ENV: case_id, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agentrl.cli", "train", *args],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=REPO, start_new_session=True,
+            )  # fmt: skip
+        self.pid = self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def steps(self) -> list[int]:
+        return train_steps(self.run_dir)
+
+    def wait_for(self, cond: Any, timeout: float, what: str, poll: float = 0.2) -> float:
+        """Waits until ``cond()`` holds; returns the time it took. Fails if the run exits."""
+        t0 = time.monotonic()
+        while not cond():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"run exited ({self.proc.returncode}) before {what}:\n"
+                                     f"{self.output()[-4000:]}")  # fmt: skip
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"no {what} within {timeout:.0f}s:\n{self.output()[-4000:]}")
+            time.sleep(poll)
+        return time.monotonic() - t0
+
+    def wait_step(self, step: int, timeout: float = 300.0) -> float:
+        return self.wait_for(lambda: step in self.steps(), timeout, f"training step {step}")
+
+    def wait(self, timeout: float = 300.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            tail = self.output()[-4000:]
+            raise AssertionError(f"run did not end within {timeout:.0f}s:\n{tail}") from None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signals the agentrl process only (its children must notice on their own)."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+        if sig == signal.SIGKILL:
+            self.proc.wait(30)
+
+
+def train_steps(run_dir: Path) -> list[int]:
+    """Steps of the ``train`` lines of metrics.jsonl, in file order (a torn last line skipped)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if m.get("kind", "train") == "train":
+            out.append(int(m["step"]))
+    return out
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    rows = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Accounting:
+    """Tasks trained, per step, against the task stream's own record."""
+
+    per_step: dict[int, list[int]]
+    issued: int
+    outstanding: list[int]
+    discarded_groups: int
+
+    @property
+    def trained(self) -> Counter[int]:
+        return Counter(i for idx in self.per_step.values() for i in idx)
+
+    @property
+    def duplicated(self) -> int:
+        """Task indices trained in more than one group (each extra time counts)."""
+        return sum(n - 1 for n in self.trained.values() if n > 1)
+
+    @property
+    def lost(self) -> int:
+        """Issued tasks neither trained, nor waiting to be re-issued, nor counted as discarded."""
+        missing = set(range(self.issued)) - set(self.trained) - set(self.outstanding)
+        return max(0, len(missing) - self.discarded_groups)
+
+
+def step_indices(run_dir: Path) -> dict[int, list[int]]:
+    """Task index of every trained group, per step file."""
+    from agentrl.logging.run_dir import read_trajectories
+
+    out: dict[int, list[int]] = {}
+    for path in sorted((run_dir / "trajectories").glob("step_*.parquet")):
+        step = int(path.stem.split("_")[1])
+        groups = {t.group_id for t in read_trajectories(path)}
+        out[step] = sorted(int(g.split(":")[1]) for g in groups)
+    return out
+
+
+def checkpoint_state(run_dir: Path) -> dict[str, Any]:
+    """The run state (step, task stream) kept in the checkpoint ``latest`` names."""
+    import torch
+
+    from agentrl.trainer.checkpoint import resolve_checkpoint
+
+    ckpt = resolve_checkpoint(run_dir / "checkpoints")
+    state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=False)
+    return dict(state["extra"].get("run", {}))
+
+
+def account(run_dir: Path) -> Accounting:
+    per_step = step_indices(run_dir)
+    state = checkpoint_state(run_dir)
+    stream = state.get("stream", {})
+    # Groups dropped as untrainable are counted in the step's metrics, not in its file.
+    last: dict[int, dict[str, Any]] = {}
+    for m in metrics(run_dir):
+        if m.get("kind", "train") == "train":
+            last[int(m["step"])] = m
+    discarded = sum(
+        int(v) for m in last.values() for k, v in m.items() if k.startswith("discard/group:")
+    )
+    return Accounting(
+        per_step=per_step,
+        issued=int(stream.get("next", 0)),
+        outstanding=[int(i) for i in stream.get("outstanding", [])],
+        discarded_groups=discarded,
+    )
+
+
+# ----------------------------------------------------------------------------- leaks
+
+
+def _case_pids(case_id: str) -> list[int]:
+    """Live processes whose environment carries this case's marker."""
+    needle = f"{CASE_ENV}={case_id}".encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes()
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        if needle in env.split(b"\0") and ") Z " not in stat:
+            out.append(int(name))
+    return out
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+    except OSError:
+        cmd = "?"
+    return f"process {pid}: {cmd}"
+
+
+def _containers(pids: set[int], since: float) -> list[str]:
+    """Sandbox containers owned by ``pids``, or created since ``since`` by a now-dead owner."""
+    try:
+        r = subprocess.run(
+            ["docker", "ps", "-a", "--filter", "label=agentrl.sandbox=1",
+             "--format", "{{.ID}} {{.Label \"agentrl.pid\"}} {{.CreatedAt}}"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    out = []
+    for line in r.stdout.splitlines():
+        cid, _, rest = line.partition(" ")
+        pid, _, _ = rest.partition(" ")
+        if pid.isdigit() and int(pid) in pids:
+            out.append(f"container {cid} (owner pid {pid})")
+    return out
+
+
+@dataclass
+class LeakWatch:
+    """Finds what a case left behind: processes, containers, /dev/shm entries."""
+
+    case_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started: float = field(default_factory=time.time)
+    shm_before: set[str] = field(default_factory=lambda: set(os.listdir("/dev/shm")))
+    owners: set[int] = field(default_factory=set)
+
+    def own(self, pid: int) -> None:
+        """Records an agentrl process of the case (its containers carry its pid)."""
+        self.owners.add(pid)
+
+    def leaks(self, wait_s: float = 20.0) -> list[str]:
+        """What is still there after up to ``wait_s`` seconds (watchdogs get time to act)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = [_describe(p) for p in _case_pids(self.case_id)]
+            found += _containers(self.owners, self.started)
+            new = set(os.listdir("/dev/shm")) - self.shm_before
+            found += [f"/dev/shm/{n}" for n in sorted(new) if n.startswith("agentrl")]
+            if not found or time.monotonic() > deadline:
+                return found
+            time.sleep(1.0)
+
+    def clean(self) -> None:
+        """Kills and removes whatever :meth:`leaks` finds, so one case cannot spoil the next."""
+        for pid in _case_pids(self.case_id):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for c in _containers(self.owners, self.started):
+            subprocess.run(["docker", "rm", "-f", c.split()[1]], capture_output=True, timeout=60)
+        for n in set(os.listdir("/dev/shm")) - self.shm_before:
+            if n.startswith("agentrl"):
+                import shutil
+
+                shutil.rmtree(f"/dev/shm/{n}", ignore_errors=True)
