@@ -140,7 +140,7 @@ class PolicyLossConfig(_Section):
     @classmethod
     def _known_loss(cls, v: str) -> str:
         if v not in POLICY_LOSSES and v not in PREFERENCE_LOSSES:
-            valid = ", ".join(sorted([*POLICY_LOSSES, *PREFERENCE_LOSSES]))
+            valid = ", ".join([*sorted(POLICY_LOSSES), *PREFERENCE_LOSSES])
             raise ValueError(f"unknown policy loss {v!r}; valid: {valid}")
         return v
 
