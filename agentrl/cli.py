@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +22,7 @@ doctor_app = typer.Typer(help="Check a tokenizer, an env or a config without run
 sandbox_app = typer.Typer(help="Build and inspect sandbox images.")
 app.add_typer(doctor_app, name="doctor")
 app.add_typer(sandbox_app, name="sandbox")
-console = Console()
+console = Console(soft_wrap=not sys.stdout.isatty())  # piped: full lines, never wrapped
 
 
 def _add_model_app() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,7 @@ import typer
 from rich.console import Console
 
 model_app = typer.Typer(help="Fetch named models and import GGUF checkpoints.")
-console = Console()
+console = Console(soft_wrap=not sys.stdout.isatty())  # piped: full lines, never wrapped
 
 
 def _fail(message: str) -> typer.Exit:

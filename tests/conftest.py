@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -34,6 +36,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Any:
     check, _leak_check = _leak_check, None
     if check is None or os.environ.get("AGENTRL_NO_LEAK_CHECK"):
         return
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:  # its service process lives until this one ends: end it now
+        with contextlib.suppress(Exception):
+            wandb.teardown()
     leaks = check.find()
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     write = tr.write_line if tr is not None else print

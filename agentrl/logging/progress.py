@@ -1,4 +1,8 @@
-"""What a person watching a run sees: a line per step, wandb (offline by default), the curve."""
+"""What a person watching a run sees: a line per step, wandb (offline by default), the curve.
+
+On a terminal the step lines scroll above a rich progress bar (step, health metrics, ETA);
+elsewhere (a pipe, a log file, CI) each step is one full-width line, never wrapped.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 __all__ = ["ProgressLog", "plot_curve"]
 
@@ -52,6 +57,17 @@ class ProgressLog:
         self.t0 = time.monotonic()
         self.first_step: int | None = None
         self._wandb: Any = None
+        self._bar: Progress | None = None
+        if self.console.is_terminal and not self.console.is_dumb_terminal:
+            self._bar = Progress(
+                TextColumn("step"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"),
+                console=self.console,
+            )
+            self._bar_task = self._bar.add_task("train", total=total_steps, eta="")
         if wandb_mode != "disabled":
             try:
                 import wandb
@@ -84,7 +100,10 @@ class ProgressLog:
         if tokens:
             parts.append(f"{tokens:.0f} tok/s")
         parts.append(f"eta {eta / 60:.1f} min")
-        self.console.print(" | ".join(parts), markup=False)
+        self.console.print(" | ".join(parts), markup=False, soft_wrap=True)  # never wrapped
+        if self._bar is not None:
+            self._bar.update(self._bar_task, completed=step, eta=f"eta {eta / 60:.1f} min")
+            self._bar.start()  # idempotent; lines printed meanwhile scroll above the bar
         if self._wandb is not None:
             self._wandb.log(dict(metrics), step=step)
 
@@ -94,7 +113,10 @@ class ProgressLog:
             self._wandb.log({f"eval/{k}": v for k, v in metrics.items()}, step=step)
 
     def close(self) -> None:
-        """Finishes the wandb run (idempotent)."""
+        """Stops the progress bar and finishes the wandb run (idempotent)."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
