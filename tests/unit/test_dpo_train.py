@@ -108,3 +108,21 @@ def test_dpo_bad_pairs_file_fails_at_trainer_start(model_dir, tmp_path):
     bad.write_text('{"prompt": "q", "chosen": "a"}\n')
     with pytest.raises(PairsFileError, match="missing rejected"):
         Trainer(_cfg(str(bad)), model_dir, available_memory=8e9)
+
+
+def test_bad_pairs_file_stops_agentrl_train_before_any_server(model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "q", "chosen": "a"}\n')
+    args = [
+        "train", "--env", "retool", f"model.path={model_dir}", f"output_dir={tmp_path}",
+        'inference.urls=["http://127.0.0.1:9"]',  # never reached: the file fails first
+        "trainer.loss.name=dpo", f"trainer.dpo.pairs={bad}",
+    ]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "trainer.dpo.pairs" in res.output and "missing rejected" in res.output
+    assert "cannot reach" not in res.output and "Traceback" not in res.output
