@@ -46,6 +46,9 @@ class InferenceReplica:
         self._server = VLLMServer(dataclasses.replace(server, host=ip))
         self._weights_root = Path(weights_root)
         self._closed = False
+        from agentrl.watchdog import watch_path
+
+        watch_path(self._weights_root)  # removed if this worker is killed (driver gone, OOM)
 
     async def start(self) -> str:
         """Starts the server, waits until it is ready; returns its URL."""

@@ -35,6 +35,7 @@ from typing import Any, Self
 
 from agentrl.sandbox._cgroup import SandboxCgroups
 from agentrl.sandbox.base import LANGUAGES, ExecResult, SandboxError, SandboxLimits, code_argv
+from agentrl.watchdog import unwatch_path, watch_path
 
 __all__ = ["LANGUAGES", "LocalSandbox"]
 
@@ -152,6 +153,7 @@ class LocalSandbox:
 
     async def _spawn(self, unshare: str) -> None:
         self._root = tempfile.mkdtemp(prefix="agentrl-sandbox-", dir=self._workdir_root)
+        watch_path(self._root)  # removed if this process dies without close()
         lim = self.limits
         self._cgroups = await asyncio.to_thread(
             SandboxCgroups.create,
@@ -217,6 +219,7 @@ class LocalSandbox:
         if self._root is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(self._root)
+                unwatch_path(self._root)
         _uids_in_use.discard(self.uid)
 
     async def __aenter__(self) -> Self:

@@ -163,3 +163,46 @@ def test_shm_in_use_lists_mapped_and_open_segments(tmp_path: Path) -> None:
     finally:
         os.close(fd)
         os.unlink(seg)
+
+
+LOCAL_SANDBOX = textwrap.dedent(
+    """
+    import asyncio, json
+    from agentrl.sandbox import LocalSandbox
+
+    async def main():
+        sb = LocalSandbox()
+        await sb.start()
+        r = await sb.exec("sleep 300 & echo started")
+        assert "started" in r.stdout
+        print(json.dumps({"unshare": sb._proc.pid, "root": sb._root}), flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _local_sandbox_works() -> bool:
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "true"]
+    return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _local_sandbox_works(), reason="LocalSandbox needs root and namespaces")
+def test_a_killed_owner_s_local_sandbox_dies_and_its_root_dir_goes() -> None:
+    import json
+
+    p = subprocess.Popen([sys.executable, "-c", LOCAL_SANDBOX], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        got = json.loads(p.stdout.readline())
+        assert proc_start(got["unshare"]) and os.path.isdir(got["root"])
+    finally:
+        p.kill()
+        p.wait(10)
+    assert _wait_gone(lambda: not proc_start(got["unshare"]), 30), "sandbox helper left"
+    assert _wait_gone(lambda: not os.path.exists(got["root"]), 10), "sandbox root dir left"
