@@ -23,7 +23,7 @@ from typing import Any
 from agentrl.env import Env, call_maybe_async
 from agentrl.llm import LLMClient, LLMError, SamplingParams
 from agentrl.rollout.consistency import PY_TOOL
-from agentrl.rollout.stages import Stage, StagedTurn, StagePlan, generate_staged, plan_stages
+from agentrl.rollout.stages import Stage, StagePlans, generate_turn
 from agentrl.rollout.templates import STRATEGIES, TemplateReport, inspect_template
 from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.tools import ToolExecutor, make_turn_parser
@@ -175,15 +175,8 @@ class AgentLoop:
         if self.inject_tools and tool_parser == "auto":
             tool_parser = "hermes"
         self.parser = make_turn_parser(tool_parser, cfg.reasoning_parser, tokenizer)
-        self._plans: dict[tuple[Stage, ...], StagePlan] = {}
-        if cfg.stages:
-            self._plan(cfg.stages)  # a stop that is not one token fails here, not per episode
-
-    def _plan(self, stages: Sequence[Stage]) -> StagePlan:
-        key = tuple(stages)
-        if key not in self._plans:
-            self._plans[key] = plan_stages(key, self.tokenizer)
-        return self._plans[key]
+        self.plans = StagePlans(tokenizer)
+        self.plans.get(cfg.stages)  # a stop that is not one token fails here, not per episode
 
     async def run(
         self,
@@ -299,8 +292,7 @@ class AgentLoop:
         sample_start = 0
         max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
         try:
-            stages = getattr(env, "stages", None) or cfg.stages
-            plan = self._plan(stages) if stages else None
+            plan = self.plans.get(getattr(env, "stages", None) or cfg.stages)
         except (TypeError, ValueError) as e:
             raise _Stop(StopReason.ENV_ERROR, f"env stages: {e}") from e
 
@@ -312,24 +304,15 @@ class AgentLoop:
             traj.info["state"] = str(EpisodeState.GENERATING)
             t = time.perf_counter()
             try:
-                if plan is None:
-                    gen = StagedTurn.single(
-                        await self.llm.generate(
-                            context,
-                            replace(sampling, max_tokens=budget),
-                            session_id=traj.episode_id,
-                        )
-                    )
-                else:
-                    gen = await generate_staged(
-                        self.llm,
-                        context,
-                        sampling,
-                        budget,
-                        plan,
-                        chat.eot_ids,
-                        session_id=traj.episode_id,
-                    )
+                gen = await generate_turn(
+                    self.llm,
+                    context,
+                    sampling,
+                    budget,
+                    plan,
+                    chat.eot_ids,
+                    session_id=traj.episode_id,
+                )
             except (LLMError, ValueError) as e:
                 raise _Stop(StopReason.LLM_ERROR, str(e)) from e
             self._add(traj.metrics, "generate_time_s", time.perf_counter() - t)

@@ -27,7 +27,16 @@ from typing import Any
 
 from agentrl.llm import Generation, LLMClient, SamplingParams
 
-__all__ = ["Piece", "Stage", "StagePlan", "StagedTurn", "generate_staged", "plan_stages"]
+__all__ = [
+    "Piece",
+    "Stage",
+    "StagePlan",
+    "StagePlans",
+    "StagedTurn",
+    "generate_staged",
+    "generate_turn",
+    "plan_stages",
+]
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,23 @@ def plan_stages(stages: Sequence[Stage], tokenizer: Any) -> StagePlan:
     )
 
 
+class StagePlans:
+    """Plans of the stage lists a loop meets (its config's, its envs'), made once each."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._plans: dict[tuple[Stage, ...], StagePlan] = {}
+
+    def get(self, stages: Sequence[Stage]) -> StagePlan | None:
+        """The plan of ``stages`` (None for none). Raises ValueError as :func:`plan_stages`."""
+        key = tuple(stages)
+        if not key:
+            return None
+        if key not in self._plans:
+            self._plans[key] = plan_stages(key, self.tokenizer)
+        return self._plans[key]
+
+
 @dataclass(frozen=True)
 class Piece:
     """A run of a turn's tokens: sampled by one request (trainable) or inserted (not).
@@ -176,6 +202,25 @@ def _sampled(gen: Generation, stage: int) -> Piece:
 
 def _inserted(ids: tuple[int, ...], stage: int) -> Piece:
     return Piece(ids, (0.0,) * len(ids), (-1,) * len(ids), False, stage)
+
+
+async def generate_turn(
+    llm: LLMClient,
+    context: Sequence[int],
+    sampling: SamplingParams,
+    budget: int,
+    plan: StagePlan | None,
+    end_ids: Sequence[int],
+    *,
+    session_id: str | None = None,
+) -> StagedTurn:
+    """One model turn: one request without a plan, else :func:`generate_staged`."""
+    if plan is None:
+        params = replace(sampling, max_tokens=budget)
+        return StagedTurn.single(await llm.generate(context, params, session_id=session_id))
+    return await generate_staged(
+        llm, context, sampling, budget, plan, end_ids, session_id=session_id
+    )
 
 
 async def generate_staged(
