@@ -21,6 +21,13 @@
     return String(Number(v.toPrecision(digits || 3)));
   }
 
+  // An axis label with enough digits to tell the ends of [lo, hi] apart.
+  function fmtAxis(v, lo, hi) {
+    const span = Math.abs(hi - lo), mag = Math.max(Math.abs(lo), Math.abs(hi));
+    const digits = span > 0 && mag > 0 ? Math.ceil(Math.log10(mag / span)) + 2 : 3;
+    return fmt(v, Math.min(Math.max(digits, 3), 8));
+  }
+
   function say(msg) { $("status").textContent = msg || ""; }
 
   async function api(path) {
@@ -60,7 +67,7 @@
   }
 
   function chart(key, ser, flags) {
-    const W = 280, H = 130, L = 46, R = 10, T = 18, B = 20;
+    const W = 290, H = 130, L = 58, R = 10, T = 18, B = 20;
     const pts = ser.train.concat(ser.eval);
     if (!pts.length) return "";
     let [x0, x1] = range(pts.map((p) => p[0]));
@@ -73,8 +80,8 @@
       `viewBox="0 0 ${W} ${H}" xmlns="http://www.w3.org/2000/svg">`;
     s += `<text class="title" x="${L}" y="12">${esc(key)}</text>`;
     s += `<rect class="frame" x="${L}" y="${T}" width="${W - L - R}" height="${H - T - B}"/>`;
-    s += `<text class="axis" x="${L - 4}" y="${T + 8}" text-anchor="end">${fmt(y1)}</text>`;
-    s += `<text class="axis" x="${L - 4}" y="${H - B}" text-anchor="end">${fmt(y0)}</text>`;
+    s += `<text class="axis" x="${L - 4}" y="${T + 8}" text-anchor="end">${fmtAxis(y1, y0, y1)}</text>`;
+    s += `<text class="axis" x="${L - 4}" y="${H - B}" text-anchor="end">${fmtAxis(y0, y0, y1)}</text>`;
     s += `<text class="axis" x="${L}" y="${H - 6}">step ${fmt(x0)}</text>`;
     s += `<text class="axis" x="${W - R}" y="${H - 6}" text-anchor="end">${fmt(x1)}</text>`;
     for (const f of flags) {
@@ -223,7 +230,7 @@
     const calls = ep.tool_calls.length;
     const m = ep.metrics;
     h += `<h3>Tool calls (${calls})</h3><p class="muted" id="tool-latency">`;
-    h += ep.tool_time_s === null ? "tool time: not recorded" :
+    h += ep.tool_time_s === null ? (calls ? "tool time: not recorded" : "no tool calls") :
       `tool time ${fmt(ep.tool_time_s, 3)} s in all` +
       (calls ? `, ${fmt(ep.tool_time_s / calls, 3)} s per call on average` : "") +
       (m.tool_errors ? `, ${m.tool_errors} error(s)` : "") +
