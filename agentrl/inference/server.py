@@ -302,9 +302,15 @@ class VLLMServer:
         try:
             await asyncio.to_thread(proc.wait, grace_s)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            proc.wait()
+            from agentrl.inference.reaper import kill_members
+
+            kill_members(proc.pid)  # the reaper lives on to remove the server's /dev/shm
+            try:
+                await asyncio.to_thread(proc.wait, 15.0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+                proc.wait()
 
     def kill(self) -> None:
         """Kills the server tree at once (SIGKILL), as a crash would."""
