@@ -224,6 +224,12 @@ async def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )  # fmt: skip
     p.add_argument("--model", default=None, help="Tokenizer directory of the --vllm model.")
     p.add_argument("--vllm-episodes", type=int, default=64, help="Episodes of the vLLM regime.")
+    p.add_argument(
+        "--vllm-turns", type=int, default=1,
+        help="Turns of the vLLM regime's episodes (the untrained tiny model rarely stops, "
+        "and the AgentLoop ends an episode at a turn cut by max_tokens: 1 does the same "
+        "work both ways).",
+    )  # fmt: skip
     a = p.parse_args(argv)
     tok = build_tokenizer(seed=0)
     results = []
@@ -253,7 +259,9 @@ async def _vllm(a: argparse.Namespace, tok: Any) -> dict[str, Any]:
     try:
         vtok = AutoTokenizer.from_pretrained(model) if model else tok
         async with CompletionsClient(url) as client:
-            sub = argparse.Namespace(**{**vars(a), "episodes": a.vllm_episodes})
+            sub = argparse.Namespace(
+                **{**vars(a), "episodes": a.vllm_episodes, "turns": a.vllm_turns}
+            )
             return await _compare("vLLM", client, vtok, sub)
     finally:
         if server is not None:
