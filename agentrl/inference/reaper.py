@@ -7,9 +7,9 @@ process dies (even by SIGKILL), when the reaper gets SIGTERM/SIGINT, or when the
 command exits, the reaper sends SIGTERM to the group, waits a grace period, then
 SIGKILLs whatever is left. Its exit status is the command's.
 
-While the group runs, the reaper notes the ``/dev/shm`` entries its members map or hold
-open (vLLM's shared-memory queues, ``psm_*``); those still there once the group is dead
-(a member SIGKILLed before it could unlink them) are removed.
+While the group runs, the reaper notes the Python shared-memory segments (``psm_*`` in
+``/dev/shm``: vLLM's message queues) its members map or hold open; those still there once
+the group is dead (a member SIGKILLed before it could unlink them) are removed.
 """
 
 from __future__ import annotations
@@ -80,6 +80,12 @@ def shm_in_use(pids: list[int]) -> set[str]:
     return {p for p in found if "/" not in p[len(_SHM) :]}
 
 
+def _group_owned(path: str) -> bool:
+    """Python shared memory (``psm_*``, vLLM's message queues): made by the group itself.
+    Others (NCCL's, a trainer's) may belong to a process outside it and are left alone."""
+    return os.path.basename(path).startswith("psm_")
+
+
 class _ShmTracker:
     """Remembers the group's /dev/shm entries, to remove those left once it is dead."""
 
@@ -92,7 +98,8 @@ class _ShmTracker:
         if not force and time.monotonic() < self._next:
             return
         self._next = time.monotonic() + _SHM_SCAN_S
-        for path in shm_in_use(group_members(self.pgid)) - self.seen:
+        mapped = shm_in_use(group_members(self.pgid))
+        for path in {p for p in mapped if _group_owned(p)} - self.seen:
             self.seen.add(path)
             ledger("path", path)
 
