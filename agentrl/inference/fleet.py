@@ -132,9 +132,11 @@ class Fleet(AsyncClosing):
         """Same as ``fleet.router.generate`` (a Fleet is an LLMClient too)."""
         return await self.router.generate(prompt_ids, params, session_id=session_id)
 
-    async def sync_weights(self, weights: Any, *, mode: PauseMode | None = None) -> SyncReport:
+    async def sync_weights(
+        self, weights: Any, *, mode: PauseMode | None = None, version: int | None = None
+    ) -> SyncReport:
         """Pushes ``weights`` to every server; see :meth:`WeightSync.push`."""
-        return await self.weight_sync.push(weights, mode=mode)
+        return await self.weight_sync.push(weights, mode=mode, version=version)
 
     def start_health_checks(self) -> None:
         """Starts the periodic health loop (idempotent)."""

@@ -133,13 +133,18 @@ class WeightSync:
         shutil.rmtree(self._root, ignore_errors=True)
         unwatch_path(self._root)
 
-    async def push(self, weights: Any, *, mode: PauseMode | None = None) -> SyncReport:
+    async def push(
+        self, weights: Any, *, mode: PauseMode | None = None, version: int | None = None
+    ) -> SyncReport:
         """Loads ``weights`` into every healthy server and bumps the version.
 
         Args:
             weights: A state dict, a torch module, or a directory that already
                 holds ``*.safetensors`` in the served model's checkpoint format.
             mode: Pause mode for this sync (default: the one given at construction).
+            version: Label the weights with this version (default: the current one + 1);
+                e.g. the current version, to load a run's starting weights into servers
+                it attached to.
 
         A server that fails or is taken out of rotation (its health checks failed)
         during the sync is left behind: it gets these weights when it recovers. When no
@@ -149,7 +154,7 @@ class WeightSync:
         Raises:
             LLMError: No server took the weights, and none came back with them in time.
         """
-        report, error = await self._push_locked(weights, mode)
+        report, error = await self._push_locked(weights, mode, version)
         if error is None:
             return report
         await self._await_recovery(report.version, error)
@@ -167,11 +172,11 @@ class WeightSync:
         )
 
     async def _push_locked(
-        self, weights: Any, mode: PauseMode | None
+        self, weights: Any, mode: PauseMode | None, label: int | None
     ) -> tuple[SyncReport, str | None]:
         async with self._lock:
             t0 = time.monotonic()
-            version = self.version + 1
+            version = self.version + 1 if label is None else label
             if isinstance(weights, str | Path):
                 path = Path(weights)
                 size = await asyncio.to_thread(_dir_size, path)

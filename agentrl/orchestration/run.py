@@ -74,7 +74,7 @@ async def drive(
     resume: bool,
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None = None,
-    push_initial: bool = False,
+    initial_push: Callable[[dict[str, Any]], Awaitable[int]] | None = None,
 ) -> RunResult:
     """Evaluates, trains with the :class:`Driver`, checkpoints and evaluates again.
 
@@ -88,9 +88,10 @@ async def drive(
         resume: Continue from the run directory's last checkpoint.
         say: Progress messages.
         on_step: Called with each step's metrics.
-        push_initial: Push the trainer's weights before anything is generated (servers
-            that were attached, not launched from the model, may serve other weights).
-            A resumed run always pushes the checkpoint's weights first.
+        initial_push: Loads the trainer's starting weights into the servers before anything
+            is generated, keeping the starting version (servers that were attached, not
+            launched from the model, may serve other weights); returns that version.
+            A resumed run instead pushes the checkpoint's weights as a new version.
     """
     cfg, run = prep.cfg, prep.run
 
@@ -126,9 +127,15 @@ async def drive(
             f"resumed from {ckpt} at step {driver.step} (next task index "
             f"{state['stream'].get('next')}, {len(outstanding)} unfinished tasks re-issued)"
         )
-    if resume or push_initial:  # the servers generate with the trainer's weights from the start
+    if resume:  # the servers generate with the checkpoint's weights from the start
         weights = await asyncio.to_thread(trainer.state_dict_for_inference)
         driver.version = await sync(weights, "wait")
+    elif initial_push is not None:
+        weights = await asyncio.to_thread(trainer.state_dict_for_inference)
+        try:
+            driver.version = await initial_push(weights)
+        except Exception as e:
+            raise ComponentError(f"loading the starting weights into the servers: {e!r}") from e
 
     watch = RunWatch(cfg.early_stop, say)  # live red flags (agentrl doctor run) + early_stop
 
@@ -319,6 +326,10 @@ async def train(
         async def push(weights: dict[str, Any], mode: PauseMode) -> int:
             return int((await fleet.sync_weights(weights, mode=mode)).version)
 
+        async def load_start(weights: dict[str, Any]) -> int:  # attached servers: same version
+            report = await fleet.sync_weights(weights, mode="wait", version=fleet.weight_version)
+            return int(report.version)
+
         return await drive(
             prep,
             runner=runner,
@@ -328,7 +339,7 @@ async def train(
             resume=bool(resume),
             say=say,
             on_step=on_step,
-            push_initial=bool(cfg.inference.urls),
+            initial_push=load_start if cfg.inference.urls else None,
         )
     finally:
         if rm is not None:

@@ -20,7 +20,7 @@ import torch
 
 from agentrl import Env, StepResult
 from agentrl.config import OrchestrationConfig, load_config
-from agentrl.logging.run_dir import RunDir, read_trajectories
+from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.driver import Driver
 from agentrl.orchestration.run import drive
 from agentrl.orchestration.startup import ComponentError, Prepared, loop_config
@@ -107,7 +107,7 @@ def _run(
     resume,
     fail_push=None,
     on_step=None,
-    push_initial=False,
+    initial_push=None,
 ):
     prep = _prep(tmp, tokenizer, mode, steps)
     llm = ScriptedLLM(TextPolicy(tokenizer, lambda _: "ok"))
@@ -125,7 +125,7 @@ def _run(
     said: list[str] = []
     coro = drive(
         prep, runner=runner, trainer=trainer, llm=llm, push=push, resume=resume, say=said.append,
-        on_step=on_step, push_initial=push_initial,
+        on_step=on_step, initial_push=initial_push and (lambda w: initial_push(llm, w)),
     )  # fmt: skip
     return asyncio.run(coro), said
 
@@ -262,13 +262,15 @@ def test_a_full_disk_at_a_checkpoint_stops_the_run_with_one_message_and_resume_w
 def test_attached_servers_get_the_trainers_weights_before_generating(
     tmp_path: Path, tokenizer
 ) -> None:
+    loaded: list[tuple[dict, int]] = []
+
+    async def initial_push(llm: ScriptedLLM, weights: dict) -> int:
+        loaded.append((weights, len(llm.requests)))  # requests sampled before it
+        return llm.weight_version  # the starting weights keep the starting version
+
     trainer = CountingTrainer()
-    _run(tmp_path, tokenizer, trainer, mode="sync", steps=1, resume=False, push_initial=True)
+    _run(tmp_path, tokenizer, trainer, mode="sync", steps=1, resume=False,
+         initial_push=initial_push)  # fmt: skip
+    assert loaded == [({"w": 0}, 0)]  # the trainer's starting weights, before any sample
     lines = [m for m in RunDir(tmp_path).metrics() if m["kind"] == "train"]
-    # One push before anything was sampled (v1), one after the step (v2); the eval before
-    # training already ran on v1.
-    assert lines[0]["weight_version"] == 2.0
-    trajs = read_trajectories(tmp_path / "trajectories" / "step_000001.parquet")
-    assert {v for t in trajs for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m} == {
-        1
-    }
+    assert lines[0]["weight_version"] == 1.0  # numbering unchanged: v0 start, v1 after step 1
