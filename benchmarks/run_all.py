@@ -18,6 +18,7 @@ BENCHMARKS = [
     "benchmarks.inference_overhead",
     "benchmarks.inference_routing",
     "benchmarks.inference_weight_sync",
+    "benchmarks.reward_model",
     "benchmarks.gateway",
 ]
 
