@@ -4,7 +4,8 @@ Ownership is exact, so a concurrent session's leftovers are never blamed on this
 
 - processes: those whose environment carries this session's mark (set before any test
   runs, inherited by every child) or that descend from the session's process, except the
-  session itself and its own watchdog (which outlives it by design);
+  session itself, its own watchdog (which outlives it by design) and the Docker engine
+  (a test may restart it; it is the machine's);
 - containers and volumes: those labelled with an owner this session registered through
   :mod:`agentrl.watchdog` (recorded in the session's ledger);
 - /dev/shm: the entries in the ledger (weight directories registered by agentrl, the
@@ -29,6 +30,7 @@ from agentrl.watchdog import LEDGER_ENV
 
 MARK_ENV = "AGENTRL_TEST_SESSION"
 _SHM = Path("/dev/shm")
+_ENGINE = ("dockerd", "containerd", "docker-proxy", "runc")
 
 
 def _shm_entries() -> set[str]:
@@ -95,6 +97,11 @@ class LeakCheck:
         return f"{MARK_ENV}={self.mark}".encode() in env.split(b"\0")
 
     def _exempt(self, pid: int) -> bool:
+        try:  # the Docker engine is the machine's, even when a test (re)started it
+            if Path(f"/proc/{pid}/comm").read_text().strip().startswith(_ENGINE):
+                return True
+        except OSError:
+            return True
         cmd = _cmdline(pid)
         own_watchdog = "agentrl.watchdog" in cmd and cmd[cmd.index("--owner") + 1 :][:1] == [
             str(self.pid)
