@@ -34,6 +34,7 @@ __all__ = ["LEDGER_ENV", "ledger", "proc_start", "unwatch_path", "watch_docker",
 
 LEDGER_ENV = "AGENTRL_LEAK_LEDGER"
 _POLL_S = 0.25
+_HAS_PROC = os.path.isdir("/proc/self")
 
 
 def proc_start(pid: int) -> str:
@@ -64,6 +65,8 @@ class _Client:
         self.docker: set[str] = set()
 
     def send(self, msg: dict[str, Any]) -> None:
+        if not _HAS_PROC:  # no /proc (not Linux): the owner cannot be told from a reused pid
+            return
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = subprocess.Popen(
@@ -191,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         term = True
 
     signal.signal(signal.SIGTERM, on_term)
-    start = args.owner_start or proc_start(args.owner)
+    start = args.owner_start
+    if not start:  # an owner we cannot identify is never cleaned up after
+        return 0
 
     def owner_alive() -> bool:
         return bool(start) and proc_start(args.owner) == start
