@@ -3,49 +3,75 @@
 from __future__ import annotations
 
 import asyncio
-import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
 
 from agentrl.inference.router import Router, parse_prefix_cache
 from agentrl.llm import LLMError, SamplingParams
+from tests.unit.http_fakes import FakeServer, Seen
 
 URLS = ["http://a:1", "http://b:1", "http://c:1"]
+
 P = SamplingParams(max_tokens=1)
 
 
 class FakeServers:
-    """Answers /v1/completions per host; can hold requests or refuse connections."""
+    """Three real HTTP servers answering /v1/completions; can hold requests or go down."""
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
         self.gate: asyncio.Event | None = None
-        self.down: set[str] = set()
+        self.servers: list[FakeServer] = []
+        self.urls: list[str] = []
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
-        if host in self.down:
-            raise httpx.ConnectError("refused", request=request)
-        self.calls[host] = self.calls.get(host, 0) + 1
-        if self.gate is not None:
-            await self.gate.wait()
-        n = len(json.loads(request.content)["prompt"])
-        body = {"choices": [{"token_ids": [n], "logprobs": {"token_logprobs": [-0.1]},
-                             "finish_reason": "length"}]}  # fmt: skip
-        return httpx.Response(200, json=body)
+    async def start(self, n: int = 3) -> FakeServers:
+        for _ in range(n):
+            srv = FakeServer(self._answer_for(len(self.servers)))
+            self.servers.append(await srv.start())
+        self.urls = [s.url for s in self.servers]
+        return self
+
+    def _answer_for(self, i: int) -> Any:
+        async def answer(seen: Seen, n: int) -> web.Response:
+            url = self.servers[i].url
+            self.calls[url] = self.calls.get(url, 0) + 1
+            if self.gate is not None:
+                await self.gate.wait()
+            body = {"choices": [{"token_ids": [len(seen.body["prompt"])],
+                                 "logprobs": {"token_logprobs": [-0.1]},
+                                 "finish_reason": "length"}]}  # fmt: skip
+            return web.json_response(body)
+
+        return answer
+
+    async def down(self, url: str) -> None:
+        """The server at ``url`` stops: its connections close, new ones are refused."""
+        await self.servers[self.urls.index(url)].stop()
+
+    async def close(self) -> None:
+        for s in self.servers:
+            await s.stop()
 
 
-def make_router(fake: FakeServers, **kw) -> Router:
+@asynccontextmanager
+async def make_router(**kw: Any) -> AsyncIterator[tuple[Router, FakeServers]]:
+    fake = await FakeServers().start()
     kw.setdefault("client_kwargs", {})
-    kw["client_kwargs"] |= {"transport": httpx.MockTransport(fake.handle), "retries": 0}
-    return Router(URLS, **kw)
+    kw["client_kwargs"] |= {"retries": 0}
+    try:
+        async with Router(fake.urls, **kw) as r:
+            yield r, fake
+    finally:
+        await fake.close()
 
 
 async def test_new_sessions_go_to_least_loaded_then_stick():
-    fake = FakeServers()
-    fake.gate = asyncio.Event()
-    async with make_router(fake) as r:
+    async with make_router() as (r, fake):
+        fake.gate = asyncio.Event()
         first = [asyncio.create_task(r.generate([1], P, session_id=f"e{i}")) for i in range(3)]
         await asyncio.sleep(0.05)
         assert [s.in_flight for s in r.servers] == [1, 1, 1]  # spread, one each
@@ -61,8 +87,7 @@ async def test_new_sessions_go_to_least_loaded_then_stick():
 
 
 async def test_overloaded_sticky_server_moves_the_episode():
-    fake = FakeServers()
-    async with make_router(fake, overload_threshold=2) as r:
+    async with make_router(overload_threshold=2) as (r, _):
         g = await r.generate([1], P, session_id="sticky")
         home = r.server(g.server)
         home.in_flight += 5  # pretend it is busy with other work
@@ -74,8 +99,7 @@ async def test_overloaded_sticky_server_moves_the_episode():
 
 
 async def test_group_affinity_puts_a_group_on_one_server():
-    fake = FakeServers()
-    async with make_router(fake, group_of=lambda s: s.split("/")[0]) as r:
+    async with make_router(group_of=lambda s: s.split("/")[0]) as (r, _):
         gens = [
             await r.generate([1], P, session_id=f"task{t}/ep{e}")
             for t in range(2)
@@ -87,10 +111,10 @@ async def test_group_affinity_puts_a_group_on_one_server():
 
 
 async def test_failed_server_is_skipped_and_the_request_resent():
-    fake = FakeServers()
-    async with make_router(fake) as r:
+    async with make_router() as (r, fake):
         g = await r.generate([1], P, session_id="ep")
-        fake.down.add(r.server(g.server).url.split("//")[1].split(":")[0])
+        assert g.server is not None
+        await fake.down(g.server)
         g2 = await r.generate([1, 2, 3], P, session_id="ep")
         assert g2.server != g.server and g2.token_ids == [3]  # full history re-sent
         assert r.failovers == 1 and not r.server(g.server).healthy
@@ -98,22 +122,20 @@ async def test_failed_server_is_skipped_and_the_request_resent():
 
 
 async def test_waits_for_a_server_to_come_back():
-    fake = FakeServers()
-    async with make_router(fake, wait_for_server_s=5) as r:
-        for u in URLS:
+    async with make_router(wait_for_server_s=5) as (r, fake):
+        for u in fake.urls:
             r.set_healthy(u, False)
         task = asyncio.create_task(r.generate([1], P, session_id="ep"))
         await asyncio.sleep(0.1)
         assert not task.done()
-        r.set_healthy(URLS[1], True)
+        r.set_healthy(fake.urls[1], True)
         g = await asyncio.wait_for(task, 5)
-        assert g.server == URLS[1]
+        assert g.server == fake.urls[1]
 
 
 async def test_no_server_for_too_long_is_an_error():
-    fake = FakeServers()
-    async with make_router(fake, wait_for_server_s=0.2) as r:
-        for u in URLS:
+    async with make_router(wait_for_server_s=0.2) as (r, fake):
+        for u in fake.urls:
             r.set_healthy(u, False)
         with pytest.raises(LLMError, match="no healthy inference server"):
             await r.generate([1], P)
