@@ -14,6 +14,9 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +31,7 @@ PAIRS = [
 
 
 @pytest.fixture(scope="module")
-def server_url(server_config) -> str:
+def server_url(server_config) -> Iterator[str]:
     from agentrl.inference.server import VLLMServer
 
     server = VLLMServer(server_config)
@@ -44,6 +47,18 @@ def _cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "agentrl.cli", *args],
         capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
+
+
+async def _load_into_vllm(url: str, model_dir: Path, prompt: list[int]) -> Any:
+    from agentrl.inference.fleet import Fleet
+    from agentrl.llm import SamplingParams
+
+    fleet = await Fleet.attach([url])
+    try:
+        await fleet.sync_weights(model_dir)
+        return await fleet.generate(prompt, SamplingParams(max_tokens=4, temperature=0.0))
+    finally:
+        await fleet.close()
 
 
 def test_dpo_run_then_sft_from_its_run_dir(untrained_model_dir, server_url, tmp_path):
@@ -104,6 +119,9 @@ def test_dpo_run_then_sft_from_its_run_dir(untrained_model_dir, server_url, tmp_
     AutoModelForCausalLM.from_pretrained(str(out))
     tok = AutoTokenizer.from_pretrained(str(out))
     assert tok.chat_template
+    # vLLM loads the directory's safetensors (weights_path reload) and generates with them.
+    gen = asyncio.run(_load_into_vllm(server_url, out, tok.encode("What is 2+3?")))
+    assert gen.token_ids and gen.finish_reason in ("stop", "length")
 
     # A threshold above every reward: one clear message, exit code 2.
     proc = _cli("sft", "--from", str(run), "--min-reward", "1000")
