@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import report
+
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = (
     "case",
@@ -95,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.details:
         for r in rows:
             print(f"- {r.get('case')} [{r.get('mode')}]: {r.get('detail', '')}")
+    report("cases", len(rows), unit="records")
+    report("cases_failed_lost_or_leaked", sum(map(bad, rows)), target=0, better="lower")
     return 1 if any(bad(r) for r in rows) else 0
 
 

@@ -19,6 +19,7 @@ import time
 from agentrl.models.tokenizer import build_tokenizer
 from agentrl.rollout.tokenization import ChatTokenizer
 from agentrl.types import Message, ToolCall
+from benchmarks.report import report
 
 TOOL = {
     "type": "function",
@@ -77,10 +78,14 @@ def main() -> None:
             f"  {name:17s} turn2={1e6 * early:8.0f}us turn{a.turns}={1e6 * late:8.0f}us "
             f"ratio={late / early:5.2f} total={1e3 * total:8.1f}ms share of wall={total / wall:.3f}"
         )
+        if name == "delta":
+            report("delta_turn_last_over_turn2", late / early, target=1.5, unit="x", better="lower")
+            report("delta_share_of_wall", total / wall, better="lower")
     print(
         f"  total time full / delta: {sum(res['full re-template']) / sum(res['delta']):.1f}x; "
         f"delta ratio target <= 1.5"
     )
+    report("full_over_delta_total_time", sum(res["full re-template"]) / sum(res["delta"]), unit="x")
 
 
 if __name__ == "__main__":

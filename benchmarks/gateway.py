@@ -38,6 +38,7 @@ from agentrl.llm import Generation, SamplingParams
 from agentrl.models.tokenizer import build_tokenizer
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.testing.scripted_server import RandomPolicy, ScriptedLLM
+from benchmarks.report import report
 
 
 class GoOn(Env):
@@ -205,6 +206,14 @@ async def _compare(name: str, llm: Any, tok: Any, a: argparse.Namespace) -> dict
         "openai_client_only": floor,
     }
     print(json.dumps(out), flush=True)
+    key = name.replace("scripted latency ", "scripted_").replace(" ", "").lower()
+    nat = native["turns_per_s"]
+    report(f"{key}_gateway_over_native_turns", out["ratio_turns_per_s"], target=0.9, unit="x",
+           baseline=nat)  # fmt: skip
+    report(f"{key}_http_over_native_turns", out["ratio_http_turns_per_s"], target=0.9, unit="x",
+           baseline=nat)  # fmt: skip
+    held = min(a.concurrency, a.episodes)  # issue #12: 256 sessions held at the defaults
+    report(f"{key}_peak_sessions", gateway["peak_sessions"], target=held, unit="sessions")
     return out
 
 

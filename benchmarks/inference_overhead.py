@@ -16,6 +16,7 @@ import asyncio
 
 from agentrl.llm import SamplingParams
 from benchmarks.inference_common import DirectClient, Workload, launch, reset_prefix_caches, run
+from benchmarks.report import report
 
 
 async def main(episodes: int, turns: int, rounds: int) -> dict[str, float]:
@@ -53,6 +54,9 @@ async def main(episodes: int, turns: int, rounds: int) -> dict[str, float]:
         }
         for k, v in out.items():
             print(f"{k:40s} {v:.3f}")
+        for api in ("completions", "generate"):
+            ratio = out[f"ratio_router_{api}_vs_direct"]
+            report(f"router_{api}_vs_direct", ratio, target=0.95, unit="x", baseline=tps["direct"])
         return out
     finally:
         await gen_router.close()

@@ -21,6 +21,7 @@ import itertools
 from agentrl.inference.router import Router
 from agentrl.llm import SamplingParams
 from benchmarks.inference_common import Workload, launch, reset_prefix_caches, run
+from benchmarks.report import report
 
 
 async def _hits(router: Router) -> tuple[float, float]:
@@ -63,6 +64,13 @@ async def main(episodes: int, turns: int) -> dict[str, float]:
         out["throughput_sticky_vs_single"] = out["sticky_tok_s"] / out["single_tok_s"]
         for k in ("throughput_sticky_vs_round_robin", "throughput_sticky_vs_single"):
             print(f"{k:36s} {out[k]:.3f}")
+        # Issue #4: hit rate >= 0.95x single-server's; throughput above round-robin.
+        single_hits = out["single_hit_rate"]
+        hit_ratio = out["sticky_hit_rate"] / single_hits if single_hits else float("nan")
+        report("sticky_hit_rate_vs_single", hit_ratio, target=0.95, unit="x", baseline=single_hits)
+        rr = out["round_robin_tok_s"]
+        report("sticky_vs_round_robin_tok_s", out["throughput_sticky_vs_round_robin"], target=1.0,
+               unit="x", baseline=rr)  # fmt: skip
         await single.close()
         return out
     finally:

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.llm import SamplingParams
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 from benchmarks.inference_common import UNTRAINED, launch
+from benchmarks.report import report
 
 _BIG = {"steps": 0, "copy_steps": 0, "num_demos": 0, "max_position_embeddings": 2048}
 SIZES = {
@@ -79,6 +80,8 @@ async def main(syncs: int) -> dict[str, dict[str, float]]:
     for name, r in res.items():
         print(f"{name:5s} sync time vs tiny: {r['sync_s'] / base:.2f}x for "
               f"{r['params_M'] / res['tiny']['params_M']:.1f}x params")  # fmt: skip
+        report(f"{name}_sync_s", r["sync_s"], unit="s", better="lower", baseline=base)
+        report(f"{name}_pause_s", r["pause_s"], unit="s", better="lower")
     return res
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from agentrl.testing.tokenizers import byte_tokenizer
 from agentrl.tools import HermesToolCallParser, make_tool_parser, make_turn_parser
+from benchmarks.report import report
 
 DS = (
     "<｜tool▁calls▁begin｜>",
@@ -116,6 +117,7 @@ def main() -> None:
     base = per_turn_us(hermes.parse, (HERMES_CALLS, PLAIN), a.reps)
     print(f"parse cost per turn (median of {a.reps} rounds; a turn with 2 calls + a plain one)")
     print(f"  {'agentrl hermes (baseline)':30s} {base:8.1f} us/turn  ratio  1.00")
+    report("hermes_us_per_turn", base, unit="us", better="lower")
     for name, (specials, calls_turn) in FAMILIES.items():
         t0 = time.perf_counter()
         parser = make_tool_parser(name, byte_tokenizer(*specials))
@@ -129,6 +131,7 @@ def main() -> None:
             f"  {name:30s} {us:8.1f} us/turn  ratio {us / base:5.2f}  "
             f"(build {build_ms:.1f} ms{note})"
         )
+        report(f"{name}_vs_hermes", us / base, unit="x", better="lower", baseline=base)
     print("reasoning split + agentrl hermes, vs agentrl hermes alone")
     for name, prefix in REASONING.items():
         tok = byte_tokenizer("<think>", "</think>", "<tool_call>", "</tool_call>")
@@ -137,6 +140,7 @@ def main() -> None:
         assert turn.parse(texts[0]).reasoning and len(turn.parse(texts[0]).tool_calls) == 2
         us = per_turn_us(turn.parse, texts, a.reps)
         print(f"  {name + ' + hermes':30s} {us:8.1f} us/turn  ratio {us / base:5.2f}")
+        report(f"{name}+hermes_vs_hermes", us / base, unit="x", better="lower", baseline=base)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from transformers import AutoModelForSequenceClassification
 from agentrl.inference.reward_model import RewardModelClient, RewardModelServer
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 from agentrl.testing.reward_model import build_tiny_reward_model
+from benchmarks.report import report
 
 UNTRAINED = TinyRecipe(steps=0, copy_steps=0, num_demos=0, max_position_embeddings=2048)
 
@@ -83,6 +84,10 @@ async def main(n: int, length: int, batch: int, rounds: int) -> dict[str, float]
             }
             for k, v in out.items():
                 print(f"{k:32s} {v:.3f}")
+            hf_tps = tps["hf_in_process"]
+            for arm in ("vllm_batched", "vllm_one_each"):
+                report(f"{arm}_vs_hf_tok_s", out[f"ratio_{arm}_vs_hf"], unit="x", baseline=hf_tps)
+            report("max_score_diff", diff, better="lower")
             return out
         finally:
             await single.close()

@@ -34,6 +34,7 @@ from agentrl.models.registry import get_model
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.types import Trajectory
 from benchmarks.inference_common import reset_prefix_caches
+from benchmarks.report import report
 
 
 class GoOn(Env):
@@ -146,6 +147,7 @@ async def main(episodes: int, turns: int, rounds: int, max_tokens: int) -> dict[
             f"<= {max_tokens} tokens/turn: loop {loop_rate:.0f} tok/s, direct {direct_rate:.0f} "
             f"tok/s, loop/direct {ratio:.3f} (target >= 0.95)"
         )
+        report("loop_over_direct_tok_s", ratio, target=0.95, unit="x", baseline=direct_rate)
         return {"loop_tok_s": loop_rate, "direct_tok_s": direct_rate, "ratio": ratio}
     finally:
         await fleet.close()

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from agentrl.sandbox import LocalSandbox, SandboxLimits, SandboxPool
+from benchmarks.report import report
 
 COMMANDS: dict[str, list[str]] = {
     "true": ["/usr/bin/true"],
@@ -80,6 +81,7 @@ async def main(n: int, pool_size: int) -> None:
             f"{'pool acquire (warm)':<28} p50 {m['acquire_ms_p50']:7.3f} ms   "
             f"p95 {m['acquire_ms_p95']:7.3f} ms   (target <= 10 ms)"
         )
+        report("pool_acquire_p50_ms", m["acquire_ms_p50"], target=10, unit="ms", better="lower")
 
         async with pool.acquire() as sb:
             for name, argv in COMMANDS.items():
@@ -87,6 +89,9 @@ async def main(n: int, pool_size: int) -> None:
                 box = await timed(n, lambda argv=argv: sb.exec(argv))
                 print(row(f"subprocess {name}", base))
                 print(row(f"sandbox exec {name}", box, base))
+                report(f"exec_{name.replace(' ', '_')}_p50_ms", pct(box, 0.5), unit="ms",
+                       target=10 if name != "python3 print" else None, better="lower",
+                       baseline=pct(base, 0.5))  # fmt: skip
 
 
 if __name__ == "__main__":

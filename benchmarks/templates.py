@@ -25,6 +25,7 @@ from pathlib import Path
 from agentrl.rollout.tokenization import ChatTokenizer
 from agentrl.types import Message
 from benchmarks.delta_tokenization import conversation
+from benchmarks.report import report
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "data" / "templates"))
 from families import FAMILIES, family_tokenizer
@@ -85,6 +86,7 @@ def main() -> None:
                 f"{ratio:6.2f} {1e3 * sum(med):9.1f} {runs[0][1]:9d}"
             )
     print(f"as_sampled worst ratio turn{a.turns}/turn2: {worst:.2f} (target <= 1.5)")
+    report("as_sampled_worst_turn_last_over_turn2", worst, target=1.5, unit="x", better="lower")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import time
 
 import torch
 
+from benchmarks.report import report
+
 
 def _vm_kib(field: str) -> int:
     with open("/proc/self/status") as f:
@@ -88,6 +90,9 @@ def main() -> None:
         print(f"{mode:8s} peak {r['peak_bytes'] / 2**20:8.0f} MiB   {r['seconds']:.2f} s")
     ratio = res["naive"]["peak_bytes"] / max(res["chunked"]["peak_bytes"], 1)
     print(f"RATIO naive/chunked peak memory = {ratio:.1f}x")
+    chunked_mib = res["chunked"]["peak_bytes"] / 2**20
+    report("chunked_peak_mib", chunked_mib, unit="MiB", better="lower")
+    report("naive_over_chunked_peak_memory", ratio, unit="x", baseline=chunked_mib)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.report import report
+
 SHAPES: dict[str, dict[str, Any]] = {
     "smollm2-135m": dict(
         arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
@@ -261,6 +263,9 @@ def main() -> None:
             res[label] = r = measure({**base, **extra}, a.cap_gb)
             print(_fmt("  " + label, r), flush=True)
         auto = res["auto"]
+        if "failed" not in auto:
+            report(f"{name}_auto_peak_rss_gb", auto["peak_rss"] / 1e9, unit="GB", better="lower")
+            report(f"{name}_auto_tokens_per_s", auto["tokens_per_s"], unit="tokens/s")
         for label, r in res.items():
             if label == "auto" or "failed" in auto:
                 continue
@@ -272,6 +277,8 @@ def main() -> None:
                     f"  RATIO auto vs {label}: peak memory ×{auto['peak_rss'] / r['peak_rss']:.2f}"
                     f", tokens/s ×{auto['tokens_per_s'] / r['tokens_per_s']:.2f}"
                 )
+                key = f"{name}_auto_vs_{label.split(' (')[0].replace(' ', '_')}_peak_rss"
+                report(key, auto["peak_rss"] / r["peak_rss"], unit="x", better="lower")
 
 
 if __name__ == "__main__":
