@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import subprocess
@@ -196,6 +197,11 @@ def _git_commit() -> str | None:
     return (sha + ("-dirty" if dirty else "")) or None
 
 
+def _finite(d: dict[str, object]) -> dict[str, object]:
+    """NaN and infinities as null, so the file is strict JSON."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in d.items()}
+
+
 def to_json(outcomes: Sequence[Outcome], *, quick: bool) -> dict[str, object]:
     """The run as JSON: machine, date, commit and every benchmark's figures."""
     return {
@@ -218,7 +224,8 @@ def to_json(outcomes: Sequence[Outcome], *, quick: bool) -> dict[str, object]:
                 "seconds": round(o.seconds, 2),
                 "errors": o.errors,
                 "results": [
-                    {**r.to_json(), "ratio": r.ratio, "verdict": str(r.verdict)} for r in o.results
+                    _finite({**r.to_json(), "ratio": r.ratio, "verdict": str(r.verdict)})
+                    for r in o.results
                 ],
             }
             for o in outcomes
@@ -244,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n=== summary{' (--quick sizes)' if a.quick else ''}")
     print(table(outcomes))
     a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(to_json(outcomes, quick=a.quick), indent=2, ensure_ascii=False))
+    data = to_json(outcomes, quick=a.quick)
+    a.json.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False))
     print(f"\nwrote {a.json}")
     failed = [o.short_name for o in outcomes if o.failed]
     if failed:

@@ -81,6 +81,7 @@ print("some human output: 1234 turns/s")
 report("fast", 2500.0, target=2000, unit="turns/s")
 report("slow_p50", 71.0, target=50, unit="ms", better="lower")
 report("untargeted", 3.5, unit="x")
+report("unmeasured", float("nan"), target=1.0)
 print("args", sys.argv[1:])
 """
 FAKE_CRASH = """
@@ -113,10 +114,10 @@ def test_run_one_streams_output_and_collects_results(fakes: Path) -> None:
     out = io.StringIO()
     o = run_all.run_one("fakebench.ok", ["--n", "3"], out=out)
     assert o.returncode == 0 and not o.failed and not o.errors
-    assert [r.name for r in o.results] == ["fast", "slow_p50", "untargeted"]
+    assert [r.name for r in o.results] == ["fast", "slow_p50", "untargeted", "unmeasured"]
     text = out.getvalue()
     assert "some human output: 1234 turns/s" in text and "args ['--n', '3']" in text
-    assert text.count(PREFIX) == 3  # the machine lines stream through too
+    assert text.count(PREFIX) == 4  # the machine lines stream through too
 
 
 def test_summary_table_and_json_from_real_subprocesses(
@@ -133,6 +134,7 @@ def test_summary_table_and_json_from_real_subprocesses(
         ["fakebench.ok", "fast", "2,500", "turns/s", "≥", "2,000", "turns/s", "1.25", "PASS"],
         ["fakebench.ok", "slow_p50", "71", "ms", "≤", "50", "ms", "1.42", "SHORT"],
         ["fakebench.ok", "untargeted", "3.5", "x", "—", "—", "—"],
+        ["fakebench.ok", "unmeasured", "nan", "≥", "1", "nan", "SHORT"],
         ["fakebench.crash", "before_crash", "1", "≥", "2", "0.50", "SHORT"],
         ["fakebench.crash", "(exit", "1)", "—", "—", "—", "FAILED"],
         ["fakebench.silent", "(no", "figures", "reported)", "—", "—", "—", "—"],
@@ -141,7 +143,7 @@ def test_summary_table_and_json_from_real_subprocesses(
     assert "RuntimeError: boom" in out  # the crash's traceback is streamed, not swallowed
     assert "failed: fakebench.crash, fakebench.malformed" in out
 
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
     assert {"date", "commit", "machine", "benchmarks", "quick"} <= data.keys()
     assert data["machine"]["cpus"] >= 1 and data["quick"] is False
     sha = subprocess.run(
@@ -151,12 +153,14 @@ def test_summary_table_and_json_from_real_subprocesses(
     by = {b["module"]: b for b in data["benchmarks"]}
     assert [b["status"] for b in data["benchmarks"]] == ["ok", "FAILED", "ok", "FAILED"]
     assert by["fakebench.crash"]["returncode"] == 1
-    fast, slow, untargeted = by["fakebench.ok"]["results"]
+    fast, slow, untargeted, unmeasured = by["fakebench.ok"]["results"]
     assert fast == {
         "name": "fast", "value": 2500.0, "target": 2000.0, "unit": "turns/s",
         "better": "higher", "baseline": None, "ratio": 1.25, "verdict": "PASS",
     }  # fmt: skip
     assert (slow["verdict"], untargeted["verdict"], untargeted["ratio"]) == ("SHORT", "—", None)
+    assert unmeasured["value"] is None and unmeasured["ratio"] is None
+    assert unmeasured["verdict"] == "SHORT"
 
 
 def test_all_passing_exits_zero(fakes: Path, tmp_path: Path) -> None:
