@@ -7,13 +7,16 @@ with swap equal to it (no swap), a CPU quota, a process-count limit, per-process
 and file-size rlimits, and ``tini`` as pid 1 reaping orphans. The container's idle process
 runs as ``nobody`` so sandboxed code cannot kill it.
 
-Each exec runs under a small shell wrapper: ``timeout -s KILL`` in its own process group
-enforces the wall clock; when the command ends, the rest of its process group is killed, and
-(unless ``kill_background=False``) so is every other process of uid 1000 when no other exec
-is running (a shared ``flock`` marks running execs). The host keeps a second deadline and,
-past it, kills every uid-1000 process from a fresh exec; a sandbox that still does not answer
-is marked dead. Containers and volumes carry labels naming their owner, so
-:func:`reap_orphans` removes those a killed run left behind.
+Each exec runs under a small shell wrapper (``agentrl.sandbox.docker_scripts``):
+``timeout -s KILL`` in its own process group enforces the wall clock; when the command ends,
+the rest of its process group is killed, and (unless ``kill_background=False``) so is every
+other process of uid 1000 when no other exec is running its command (told by what the code
+cannot forge: exec processes have no parent inside the container). The host keeps a second
+deadline and, past it, kills every uid-1000 process from a fresh exec; a sandbox that still
+does not answer is marked dead. ``read_file``, ``write_file`` and ``download`` also run as
+uid 1000 in the container (paths resolved with the sandbox user's rights), never through
+the engine's archive API, which resolves paths as root. Containers and volumes carry labels
+naming their owner, so :func:`reap_orphans` removes those a killed run left behind.
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+from agentrl.sandbox import docker_scripts as scripts
 from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits, code_argv
 from agentrl.watchdog import watch_docker
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
 
 WORKDIR = "/workspace"
-UID = 1000  # every command runs as this user
+UID = scripts.UID  # every command, and every file operation, runs as this user
 IDLE_UID = 65534  # the container's idle process: out of reach of uid 1000's signals
 LABEL = "agentrl.sandbox"
 RUN_ID = uuid.uuid4().hex[:12]  # this process's run, on every container it creates
@@ -53,24 +57,9 @@ DEFAULT_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 _GRACE_S = 5.0  # host-side slack past the in-container deadline
+_FILE_TIMEOUT_S = 60.0  # one read_file / write_file / download
 _MIB = 1 << 20
 _DEFAULT_LIMITS = SandboxLimits()
-# argv: $1 timeout seconds, $2 kill_background (1/0), then the command. fd 9 holds a shared
-# flock on "/" while the command runs; a sweep (kill -1) needs the exclusive lock, so it
-# never hits another running exec. fd 8 keeps the exec's stdin for the background job.
-_WRAPPER = r"""t=$1; kb=$2; shift 2
-exec 8<&0 9</
-flock -s 9
-timeout -s KILL "$t" "$@" <&8 8<&- 9<&- &
-p=$!
-wait "$p"; rc=$?
-if [ "$kb" = 1 ]; then
-  kill -s KILL -- "-$p" 2>/dev/null
-  exec 9<&- 9</
-  flock -n -x 9 && kill -s KILL -- -1 2>/dev/null
-fi
-exit "$rc"
-"""
 _executor = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="docker-sb")
 
 
@@ -140,13 +129,6 @@ def _add(tf: tarfile.TarFile, entries: list[tuple[str, bytes | None]]) -> None:
         else:
             info.size, info.mode = len(data), 0o644
             tf.addfile(info, io.BytesIO(data))
-
-
-def _tar(entries: list[tuple[str, bytes | None]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        _add(tf, entries)
-    return buf.getvalue()
 
 
 class DockerSandbox:
@@ -371,12 +353,37 @@ class DockerSandbox:
     def _exec_sync(
         self, argv: list[str], t: float, stdin: bytes | None, env: dict[str, str] | None
     ) -> ExecResult:
+        out, err, dropped, code, timed_out, elapsed = self._exec_raw(
+            argv, t, stdin, env, self.limits.max_output_bytes, self.kill_background
+        )
+        result = ExecResult(
+            stdout=_decode(out, dropped[1]),
+            stderr=_decode(err, dropped[2]),
+            exit_code=code,
+            timed_out=timed_out,
+            duration_s=elapsed,
+        )
+        if self._on_exec is not None:
+            self._on_exec(result)
+        return result
+
+    def _exec_raw(
+        self,
+        argv: list[str],
+        t: float,
+        stdin: bytes | None,
+        env: dict[str, str] | None,
+        cap: int,
+        kill_background: bool,
+    ) -> tuple[bytearray, bytearray, dict[int, int], int, bool, float]:
+        """Runs ``argv`` under the wrapper as uid 1000: (stdout, stderr, bytes dropped per
+        stream, exit code, timed out, seconds)."""
         import docker.errors
 
         api = self._client.api
         t0 = time.perf_counter()
-        wrapped = ["sh", "-c", _WRAPPER, "agentrl-exec", f"{t:.3f}"]
-        wrapped += ["1" if self.kill_background else "0", *argv]
+        wrapped = ["sh", "-c", scripts.WRAPPER, "agentrl-exec", f"{t:.3f}"]
+        wrapped += ["1" if kill_background else "0", *argv]
         try:
             ex = api.exec_create(
                 self._require(), wrapped, stdin=True, user=f"{UID}:{UID}",
@@ -387,7 +394,6 @@ class DockerSandbox:
             self.dead = True
             raise SandboxError(f"exec failed in sandbox: {e}") from e
         raw = getattr(sock, "_sock", sock)
-        cap = self.limits.max_output_bytes
         bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         dropped = {1: 0, 2: 0}
         try:
@@ -417,16 +423,7 @@ class DockerSandbox:
             code = -9
         elif 128 < code <= 128 + 64:
             code = -(code - 128)  # the shell's convention for "killed by signal N"
-        result = ExecResult(
-            stdout=_decode(bufs[1], dropped[1]),
-            stderr=_decode(bufs[2], dropped[2]),
-            exit_code=code,
-            timed_out=timed_out,
-            duration_s=elapsed,
-        )
-        if self._on_exec is not None:
-            self._on_exec(result)
-        return result
+        return bufs[1], bufs[2], dropped, code, timed_out, elapsed
 
     def _kill_all(self) -> None:
         with contextlib.suppress(Exception):
@@ -454,36 +451,55 @@ class DockerSandbox:
         if not ok:
             raise SandboxError("copy into the sandbox failed")
 
+    def _file_op(self, script: str, path: str, stdin: bytes | None = None) -> bytes:
+        """Runs a file script of ``docker_scripts`` on ``path`` as uid 1000; its stdout.
+
+        Raises:
+            FileNotFoundError: No such file (or directory on the way).
+            ValueError: The path resolves outside ``/workspace`` or is not a regular file.
+            SandboxError: Anything else (a full disk, a timeout).
+        """
+        cap = max(self.limits.max_disk_mb, 1) * _MIB
+        out, err, dropped, code, timed_out, _ = self._exec_raw(
+            ["sh", "-c", script, "agentrl-file", path], _FILE_TIMEOUT_S, stdin, None, cap, False
+        )
+        why = err.decode("utf-8", errors="replace").strip()[-500:]
+        if code == scripts.EXIT_MISSING:
+            raise FileNotFoundError(why or f"no such file in the sandbox: {path}")
+        if code in (scripts.EXIT_OUTSIDE, scripts.EXIT_NOT_REGULAR):
+            raise ValueError(why)
+        if code != 0 or timed_out:
+            raise SandboxError(f"file operation on {path} failed (exit {code}): {why}")
+        if dropped[1]:
+            raise SandboxError(f"{path} is larger than the sandbox disk ({cap} bytes)")
+        return bytes(out)
+
     async def write_file(self, path: str, data: str | bytes) -> None:
-        """Writes a file under ``/workspace`` (parents created); other paths raise ValueError."""
-        rel = posixpath.relpath(self._check_path(path), WORKDIR)
-        if rel == ".":
+        """Writes a file under ``/workspace`` (parents created) as the sandbox user.
+
+        Raises:
+            ValueError: The path is (or resolves, through links) outside ``/workspace``, or
+                names something other than a regular file (a link, FIFO, directory...).
+        """
+        full = self._check_path(path)
+        if full == WORKDIR:
             raise ValueError("cannot write the working directory itself")
         raw = data.encode() if isinstance(data, str) else bytes(data)
-        parts = rel.split("/")
-        entries: list[tuple[str, bytes | None]] = [
-            ("/".join(parts[:i]), None) for i in range(1, len(parts))
-        ]
-        await self._run(self._put, _tar([*entries, (rel, raw)]))
+        await self._run(self._file_op, scripts.WRITE, full, raw)
 
     async def read_file(self, path: str) -> bytes:
-        """Reads a regular file under ``/workspace``; other paths (and links) raise ValueError."""
-        return await self._run(self._read_sync, self._check_path(path))
+        """Reads a regular file under ``/workspace`` as the sandbox user.
 
-    def _read_sync(self, path: str) -> bytes:
-        import docker.errors
-
-        try:
-            stream, _ = self._client.api.get_archive(self._require(), path)
-        except docker.errors.NotFound as e:
-            raise FileNotFoundError(f"no such file in the sandbox: {path}") from e
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tf:
-            member = tf.next()
-            if member is None or not member.isfile():
-                raise ValueError(f"{path} is not a regular file")
-            f = tf.extractfile(member)
-            assert f is not None
-            return f.read()
+        Raises:
+            FileNotFoundError: There is no such file.
+            ValueError: The path is (or resolves, through links) outside ``/workspace``, or
+                names something other than a regular file (a link, FIFO, directory...).
+        """
+        full = self._check_path(path)
+        if full == WORKDIR:
+            raise ValueError(f"{path} is a directory, not a regular file")
+        data: bytes = await self._run(self._file_op, scripts.READ, full)
+        return data
 
     async def upload(self, local: str | os.PathLike[str], dest: str = ".") -> None:
         """Copies a host file or directory's contents to ``dest`` under ``/workspace``.
@@ -511,15 +527,11 @@ class DockerSandbox:
         src = self._check_path(path)
 
         def _get() -> Path:
-            import docker.errors
-
-            try:
-                stream, _ = self._client.api.get_archive(self._require(), src)
-            except docker.errors.NotFound as e:
-                raise FileNotFoundError(f"no such path in the sandbox: {src}") from e
+            script = scripts.TAR_WORKDIR if src == WORKDIR else scripts.TAR
+            data = self._file_op(script, src)  # tar runs as uid 1000 in the container
             out = Path(local)
             out.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tf:
+            with tarfile.open(fileobj=io.BytesIO(data)) as tf:
                 tf.extractall(out, filter="data")
             return out / posixpath.basename(src)
 

@@ -113,16 +113,12 @@ async def git_diff(sb: DockerSandbox, base: str) -> str:
     return data.decode("utf-8", errors="surrogateescape")
 
 
-# A tiny helper run in the container: op, path (argv); text on stdin for "write".
+# A tiny helper run in the container as the sandbox user: op, path (argv).
 _FS_SCRIPT = r"""
 import os, sys
 op, p = sys.argv[1], sys.argv[2]
 if op == "kind":
     print("dir" if os.path.isdir(p) else "file" if os.path.exists(p) else "missing")
-elif op == "write":
-    os.makedirs(os.path.dirname(p), exist_ok=True)
-    with open(p, "wb") as f:
-        f.write(sys.stdin.buffer.read())
 elif op == "delete":
     os.remove(p)
 elif op == "list":
@@ -170,7 +166,12 @@ class SandboxFS:
             raise EditorError(f"{path} is not a UTF-8 text file") from None
 
     async def write_text(self, path: str, text: str) -> None:
-        await self._op("write", path, stdin=text)
+        # As the sandbox user, through links only where it may go, only inside /workspace,
+        # and only onto a regular file (DockerSandbox.write_file).
+        try:
+            await self.sandbox.write_file(path, text.encode("utf-8", errors="replace"))
+        except (ValueError, FileNotFoundError) as e:
+            raise EditorError(str(e)) from None
 
     async def delete(self, path: str) -> None:
         await self._op("delete", path)

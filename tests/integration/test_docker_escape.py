@@ -233,3 +233,92 @@ async def test_privileges_cannot_be_gained(pair: tuple[DockerSandbox, DockerSand
     assert "done" in r.stdout and r.stdout.strip() == "done", r
     assert os.geteuid() == os.geteuid()  # host unaffected
     await assert_healthy(a, b)
+
+
+async def test_file_api_resolves_paths_as_the_sandbox_user(
+    pair: tuple[DockerSandbox, DockerSandbox],
+) -> None:
+    a, b = pair
+    # Control: /etc/shadow exists in the image and uid 1000 cannot read it.
+    r = await a.exec("cat /etc/shadow; ln -s / link; ln -s /etc/shadow shadow; ln -s /tmp t")
+    assert "Permission denied" in r.stderr and "root:" not in r.stdout, r
+    for path in ("link/etc/shadow", "shadow", "t/x", "link/etc"):
+        with pytest.raises(ValueError) as err:
+            await a.read_file(path)
+        assert "root:" not in str(err.value)
+    with pytest.raises(ValueError, match="outside the working directory"):
+        await a.download("link/etc", Path("/nonexistent-never-made"))
+    for path in ("link/etc/evil", "t/evil", "shadow"):
+        with pytest.raises(ValueError):
+            await a.write_file(path, "x")
+    assert (await a.exec("ls /tmp; readlink shadow")).stdout == "/etc/shadow\n"
+    with pytest.raises(FileNotFoundError):
+        await a.read_file("missing.txt")
+    # FIFOs are refused at once, not waited on.
+    await a.exec("mkfifo fifo")
+    with pytest.raises(ValueError, match="not a regular file"):
+        await asyncio.wait_for(a.read_file("fifo"), 10)
+    with pytest.raises(ValueError, match="not a regular file"):
+        await asyncio.wait_for(a.write_file("fifo", "x"), 10)
+    # Ordinary files: any bytes round-trip, parents are made, owned by the sandbox user.
+    blob = bytes(range(256)) * 4
+    await a.write_file("d/e/blob.bin", blob)
+    assert await a.read_file("d/e/blob.bin") == blob
+    assert (await a.exec("stat -c '%u %a' d d/e d/e/blob.bin")).stdout == "1000 755\n" * 2 + (
+        "1000 644\n"
+    )
+    await assert_healthy(a, b)
+
+
+async def test_swe_editor_cannot_read_through_links(
+    pair: tuple[DockerSandbox, DockerSandbox],
+) -> None:
+    from agentrl.envs.swe.editor import Editor, EditorError
+    from agentrl.envs.swe.workspace import SandboxFS
+
+    a, b = pair
+    await a.exec("mkdir repo && ln -s / repo/link && echo hi > repo/ok.txt")
+    editor = Editor(SandboxFS(a), "/workspace/repo")
+    assert "hi" in await editor.run("view", "ok.txt")
+    with pytest.raises(EditorError) as err:
+        await editor.run("view", "link/etc/shadow")
+    assert "root:" not in str(err.value)
+    with pytest.raises(EditorError):
+        await editor.run("create", "link/tmp/planted.txt", file_text="x")
+    assert "planted" not in (await a.exec("ls /tmp")).stdout
+    await assert_healthy(a, b)
+
+
+async def test_a_daemon_holding_a_lock_cannot_switch_off_the_sweep(
+    pair: tuple[DockerSandbox, DockerSandbox],
+) -> None:
+    a, b = pair
+    # The old sweep ran only if it got an exclusive flock on "/"; this daemon holds a
+    # shared one (and one on /tmp and /workspace) for good.
+    daemon = (
+        "setsid sh -c 'exec 5</ 6</tmp 7</workspace; flock -s 5; flock -s 6; flock -s 7;"
+        " exec sleep 300' >/dev/null 2>&1 </dev/null & sleep 0.3; echo started"
+    )
+    assert (await a.exec(daemon)).stdout == "started\n"
+    await a.exec("setsid sleep 301 >/dev/null 2>&1 </dev/null & echo x")
+    assert not [p for p in ps((await a.exec("ps -eo args")).stdout) if "sleep 30" in p]
+    await assert_healthy(a, b)
+
+
+async def test_sweep_spares_execs_still_running(
+    pair: tuple[DockerSandbox, DockerSandbox],
+) -> None:
+    a, b = pair
+    # A long exec's own background job lives while it runs, though a short exec ends
+    # (and sweeps) meanwhile; execs ending together do not kill each other's shells.
+    long = a.exec(
+        "setsid sleep 310 >/dev/null 2>&1 </dev/null & sleep 1.5;"
+        " ps -eo args | grep -c '^sleep 310'"
+    )
+    shorts = [a.exec(f"sleep 0.5; echo {i}") for i in range(4)]
+    results = await asyncio.gather(long, *shorts)
+    assert results[0].stdout == "1\n", results[0]
+    assert [r.stdout for r in results[1:]] == [f"{i}\n" for i in range(4)]
+    assert all(r.exit_code == 0 for r in results), results
+    assert not [p for p in ps((await a.exec("ps -eo args")).stdout) if "sleep 3" in p]
+    await assert_healthy(a, b)
