@@ -246,6 +246,9 @@ class Trajectory:
         num_turns: Number of model turns.
         metrics: Per-episode numbers (tool errors, timings, …).
         info: Env info of the last step.
+        tool_calls: One record per tool message, in order: ``turn`` (0-based model
+            turn), ``id``, ``name``, ``latency_s``, ``error`` (the failure's metric
+            name, or None) and ``output_chars`` (see ``tools.ToolCallRecord``).
         error: Traceback or message when the episode failed.
         strategy: How the chat template was trained on: "as_sampled" (one sequence,
             exactly as the model saw it) or "per_turn" (each model turn its own sample
@@ -274,6 +277,7 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     strategy: str = "as_sampled"
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     sample_starts: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:

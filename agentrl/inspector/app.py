@@ -51,8 +51,24 @@ def _round(v: float) -> float | None:
     return round(v, 5) if math.isfinite(v) else None
 
 
-def _tool_calls(messages: list[Message]) -> list[dict[str, Any]]:
-    """Each tool call of the episode with its turn and output (paired by call id, else order)."""
+def _tool_calls(
+    messages: list[Message], records: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each tool call of the episode with its turn and output (paired by call id, else order).
+
+    ``records`` (``Trajectory.tool_calls``: one per tool message, in order, with its
+    turn) add each call's ``latency_s`` and ``error``; None where not recorded.
+    """
+    by_turn: dict[int, list[dict[str, Any]]] = {}
+    for rec in records or []:
+        by_turn.setdefault(int(rec.get("turn", -1)), []).append(rec)
+
+    def timing(turn: int, results: list[Message], msg: Message | None) -> dict[str, Any]:
+        recs = by_turn.get(turn, [])
+        k = next((i for i, r in enumerate(results) if r is msg), -1)
+        rec = recs[k] if 0 <= k < len(recs) else {}
+        return {"latency_s": finite_number(rec.get("latency_s")), "error": rec.get("error")}
+
     out: list[dict[str, Any]] = []
     turn = -1
     i = 0
@@ -81,12 +97,13 @@ def _tool_calls(messages: list[Message]) -> list[dict[str, Any]]:
                     "name": c.name,
                     "arguments": c.arguments,
                     "output": None if match is None else match.content,
+                    **timing(turn, results, match),
                 }
             )
         for r in unused:
             out.append(
                 {"turn": turn, "id": r.tool_call_id, "name": r.name, "arguments": None,
-                 "output": r.content}
+                 "output": r.content, **timing(turn, results, r)}
             )  # fmt: skip
         i = j
     return out
@@ -136,7 +153,7 @@ def episode_detail(
             if s["kind"] == "model"
         ],
         "messages": [m.to_dict() for m in t.messages],
-        "tool_calls": _tool_calls(t.messages),
+        "tool_calls": _tool_calls(t.messages, t.tool_calls),
         "tool_time_s": finite_number(t.metrics.get("tool_time_s")),
         "metrics": {k: finite_number(v) for k, v in t.metrics.items()},
         "info": t.info,

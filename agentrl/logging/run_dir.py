@@ -47,11 +47,16 @@ _SCHEMA = pa.schema(
         ("error", pa.string()),
         ("strategy", pa.string()),
         ("sample_starts", pa.list_(pa.int32())),
+        ("tool_calls", pa.string()),
     ]
 )
 
 # Columns added after files were first written, with the value an old file reads as.
-_LATER_COLUMNS: dict[str, Any] = {"strategy": "as_sampled", "sample_starts": []}
+_LATER_COLUMNS: dict[str, Any] = {
+    "strategy": "as_sampled",
+    "sample_starts": [],
+    "tool_calls": "[]",
+}
 
 
 def _json(x: Any) -> str:
@@ -84,6 +89,7 @@ def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
         cols["error"].append(t.error)
         cols["strategy"].append(t.strategy)
         cols["sample_starts"].append(t.sample_starts)
+        cols["tool_calls"].append(_json(t.tool_calls))
     path = Path(path)
     tmp = path.with_suffix(".tmp")
     pq.write_table(pa.table(cols, schema=_SCHEMA), tmp, compression="zstd")
@@ -120,6 +126,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
                 error=r["error"],
                 strategy=r["strategy"],
                 sample_starts=list(r["sample_starts"]),
+                tool_calls=json.loads(r["tool_calls"]),
             )
         )
     return out

@@ -16,7 +16,7 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -359,6 +359,7 @@ class AgentLoop:
                 t = time.perf_counter()
                 result = await executor.run(action.tool_calls, action.parse_errors)
                 self._add(traj.metrics, "tool_time_s", time.perf_counter() - t)
+                traj.tool_calls.extend({"turn": turn, **asdict(r)} for r in result.calls)
                 for k, v in result.metrics.items():
                     self._add(traj.metrics, k, v)
                 action = replace(action, tool_results=tuple(result.messages))

@@ -29,7 +29,7 @@ from agentrl.tools.registry import ToolRegistry
 from agentrl.tools.sanitize import scrub_text
 from agentrl.types import Message, ToolCall
 
-__all__ = ["METRIC_KEYS", "ToolExecutor", "ToolRunResult"]
+__all__ = ["METRIC_KEYS", "ToolCallRecord", "ToolExecutor", "ToolRunResult"]
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +50,39 @@ METRIC_KEYS = (
 
 
 @dataclass(frozen=True)
+class ToolCallRecord:
+    """What one tool call did, for the trajectory (and ``agentrl view --web``).
+
+    Attributes:
+        id: The call's id (as the model's turn gave it; None if it had none).
+        name: The tool's name as called.
+        latency_s: Wall time from the call's start (after waiting for a parallel
+            slot) to its result; 0.0 for calls that never ran (unknown tool,
+            over the per-turn limit, malformed).
+        error: The failure's metric name (e.g. ``"tool_timeouts"``), None if it worked.
+        output_chars: Characters of the result before truncation.
+    """
+
+    id: str | None
+    name: str
+    latency_s: float
+    error: str | None
+    output_chars: int
+
+
+@dataclass(frozen=True)
 class ToolRunResult:
     """The outcome of one turn's tool calls.
 
     Attributes:
         messages: One tool message per call, in call order, then one per parse error.
         metrics: Counts keyed by :data:`METRIC_KEYS`.
+        calls: One record per message, in the same order (parse errors as name "").
     """
 
     messages: tuple[Message, ...]
     metrics: dict[str, float] = field(default_factory=dict)
+    calls: tuple[ToolCallRecord, ...] = ()
 
 
 def truncate(text: str, max_chars: int) -> tuple[str, bool]:
@@ -129,17 +152,20 @@ class ToolExecutor:
         sem = asyncio.Semaphore(self.max_parallel)
         to_run = calls[: self.max_calls_per_turn]
         outcomes = await asyncio.gather(*(self._run_one(c, sem, metrics) for c in to_run))
-        texts: list[tuple[ToolCall | None, str, str | None]] = [
-            (c, text, kind) for c, (text, kind) in zip(to_run, outcomes, strict=True)
+        texts: list[tuple[ToolCall | None, str, str | None, float]] = [
+            (c, text, kind, dt) for c, (text, kind, dt) in zip(to_run, outcomes, strict=True)
         ]
         for i, c in enumerate(calls[self.max_calls_per_turn :], start=self.max_calls_per_turn):
             limit = self.max_calls_per_turn
             msg = f"error: call {i + 1} not run: at most {limit} tool calls per turn"
-            texts.append((c, msg, "tool_dropped_over_limit"))
-        texts.extend((None, f"error: {e}", "tool_parse_errors") for e in parse_errors)
+            texts.append((c, msg, "tool_dropped_over_limit", 0.0))
+        texts.extend((None, f"error: {e}", "tool_parse_errors", 0.0) for e in parse_errors)
 
-        messages = []
-        for call, text, kind in texts:
+        messages, records = [], []
+        for call, text, kind, dt in texts:
+            name = "" if call is None else call.name
+            call_id = None if call is None else call.id
+            records.append(ToolCallRecord(call_id, name, dt, kind, len(text)))
             if kind is not None:
                 metrics[kind] += 1
                 metrics["tool_errors"] += 1
@@ -152,46 +178,53 @@ class ToolExecutor:
             else:
                 messages.append(Message.tool(text, tool_call_id=call.id, name=call.name))
         metrics["tool_time_s"] = time.perf_counter() - t0
-        return ToolRunResult(tuple(messages), metrics)
+        return ToolRunResult(tuple(messages), metrics, tuple(records))
 
     async def _run_one(
         self, call: ToolCall, sem: asyncio.Semaphore, metrics: dict[str, float]
-    ) -> tuple[str, str | None]:
-        """(message text, metric name of the failure or None)."""
+    ) -> tuple[str, str | None, float]:
+        """(message text, metric name of the failure or None, seconds the call ran)."""
         if call.name not in self.tools:
             names = ", ".join(self.tools.names) or "(none)"
-            return f"error: unknown tool {call.name!r}; available tools: {names}", "tool_unknown"
-        tool = self.tools.get(call.name)
+            msg = f"error: unknown tool {call.name!r}; available tools: {names}"
+            return msg, "tool_unknown", 0.0
         async with sem:
-            try:
-                async with asyncio.timeout(self.timeout_s) as cm:
-                    out = await tool.call(call.arguments)
-                return (out if isinstance(out, str) else to_text(out)), None
-            except ToolArgumentError as e:
-                return f"error: {e}", "tool_bad_args"
-            except TimeoutError as e:
-                if cm.expired():
-                    if getattr(tool, "runs_in_thread", False):
-                        metrics["tool_threads_left_running"] += 1
-                    return (
-                        f"error: tool {call.name!r} timed out after {self.timeout_s:g}s",
-                        "tool_timeouts",
-                    )
-                return self._exception(call, e)
-            except asyncio.CancelledError as e:
-                if _really_cancelled(e):
-                    raise  # the episode's timeout, a shutdown: not the tool's doing
-                return self._exception(call, e)
-            except GeneratorExit:
+            t0 = time.perf_counter()
+            text, kind = await self._call(call, metrics)
+            return text, kind, time.perf_counter() - t0
+
+    async def _call(self, call: ToolCall, metrics: dict[str, float]) -> tuple[str, str | None]:
+        """Runs one known tool: (message text, metric name of the failure or None)."""
+        tool = self.tools.get(call.name)
+        try:
+            async with asyncio.timeout(self.timeout_s) as cm:
+                out = await tool.call(call.arguments)
+            return (out if isinstance(out, str) else to_text(out)), None
+        except ToolArgumentError as e:
+            return f"error: {e}", "tool_bad_args"
+        except TimeoutError as e:
+            if cm.expired():
+                if getattr(tool, "runs_in_thread", False):
+                    metrics["tool_threads_left_running"] += 1
+                return (
+                    f"error: tool {call.name!r} timed out after {self.timeout_s:g}s",
+                    "tool_timeouts",
+                )
+            return self._exception(call, e)
+        except asyncio.CancelledError as e:
+            if _really_cancelled(e):
+                raise  # the episode's timeout, a shutdown: not the tool's doing
+            return self._exception(call, e)
+        except GeneratorExit:
+            raise
+        except BaseException as e:
+            # Whatever else a tool raises is its failure, the model's to see: SystemExit
+            # (argparse, sys.exit), KeyboardInterrupt (a tool thread cannot receive a
+            # real one; a real Ctrl-C reaches the run as its main task's cancellation),
+            # custom BaseException subclasses, groups of these.
+            if isinstance(e, BaseExceptionGroup) and _really_cancelled(e):
                 raise
-            except BaseException as e:
-                # Whatever else a tool raises is its failure, the model's to see: SystemExit
-                # (argparse, sys.exit), KeyboardInterrupt (a tool thread cannot receive a
-                # real one; a real Ctrl-C reaches the run as its main task's cancellation),
-                # custom BaseException subclasses, groups of these.
-                if isinstance(e, BaseExceptionGroup) and _really_cancelled(e):
-                    raise
-                return self._exception(call, e)
+            return self._exception(call, e)
 
     @staticmethod
     def _exception(call: ToolCall, e: BaseException) -> tuple[str, str]:

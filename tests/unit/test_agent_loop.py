@@ -42,6 +42,11 @@ async def test_tool_episode_records_exact_tokens_mask_and_logprobs(tokenizer):
     assert all(traj.rollout_logprobs[i] == 0.0 for i in range(len(traj)) if i not in masked)
     assert traj.turn_rewards == [(model_spans[0].end - 1, 0.0), (model_spans[1].end - 1, 1.0)]
     assert traj.metrics["tool_calls"] == 1
+    # Each call's record: the turn it belongs to, its id/name, latency, no failure.
+    (rec,) = traj.tool_calls
+    call = traj.messages[2].tool_calls[0]
+    assert (rec["turn"], rec["id"], rec["name"], rec["error"]) == (0, call.id, "add", None)
+    assert 0 <= rec["latency_s"] <= traj.metrics["tool_time_s"] and rec["output_chars"] == 2
 
 
 async def test_malformed_tool_call_becomes_a_tool_message_not_a_crash(tokenizer):

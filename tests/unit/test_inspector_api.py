@@ -63,7 +63,14 @@ def _episode(tok, step: int, k: int) -> Trajectory:
         error="Traceback: boom" if k == 3 else None,
         strategy="per_turn" if per_turn else "as_sampled",
         sample_starts=[0, b] if per_turn else [],
-    )
+        # One record per tool message, in message order (as the AgentLoop writes them).
+        tool_calls=[
+            {"turn": 0, "id": "c2", "name": "calc", "latency_s": 0.125, "error": None,
+             "output_chars": 1},
+            {"turn": 0, "id": "c1", "name": "python", "latency_s": 0.375,
+             "error": "tool_timeouts", "output_chars": 2},
+        ] if k != 1 else [],
+    )  # fmt: skip
 
 
 def write_run(path: Path, steps: int = 3, per_step: int = 4) -> RunDir:
@@ -210,6 +217,13 @@ def test_episode_detail_tokens_turns_tools(client, run_path, decoder):
         (0, "python", {"code": "6*7"}, "42"),
         (0, "calc", {"x": 7}, "7"),
     ]
+    # Per-call latency and failure, paired with the call through its tool message.
+    assert [(c["name"], c["latency_s"], c["error"]) for c in ep["tool_calls"]] == [
+        ("python", 0.375, "tool_timeouts"),
+        ("calc", 0.125, None),
+    ]
+    unrecorded = client.get("/api/episode/2-1").json()["tool_calls"]  # e.g. an older run
+    assert [(c["latency_s"], c["error"]) for c in unrecorded] == [(None, None), (None, None)]
     assert ep["tool_time_s"] == 0.5 and ep["metrics"]["tool_calls"] == 2.0
     assert (ep["stop_reason"], ep["strategy"]) == ("done", "as_sampled")
     assert ep["samples"] == [[0, len(t.token_ids)]] and ep["num_tokens"] == len(t.token_ids)

@@ -86,7 +86,11 @@ def _per_turn_trajectory() -> Trajectory:
         error="a note",
         strategy="per_turn",
         sample_starts=[0, 4],
-    )
+        tool_calls=[
+            {"turn": 0, "id": "c1", "name": "python", "latency_s": 0.25, "error": None,
+             "output_chars": 1}
+        ],
+    )  # fmt: skip
 
 
 def test_per_turn_trajectory_round_trips_every_field(tmp_path):
@@ -120,13 +124,14 @@ def test_logprobs_are_stored_as_float32(tmp_path):
 
 
 def test_file_without_new_columns_reads_with_defaults(tmp_path):
-    """A file written before ``strategy``/``sample_starts`` existed still reads."""
+    """A file written before ``strategy``/``sample_starts``/``tool_calls`` existed still reads."""
     t = _per_turn_trajectory()
     path = RunDir(tmp_path).save_trajectories(1, [t])
     table = pq.read_table(path)
-    old = table.drop_columns([c for c in ("strategy", "sample_starts") if c in table.column_names])
+    later = ("strategy", "sample_starts", "tool_calls")
+    old = table.drop_columns([c for c in later if c in table.column_names])
     pq.write_table(old, path)
     (back,) = read_trajectories(path)
-    assert back.strategy == "as_sampled" and back.sample_starts == []
+    assert back.strategy == "as_sampled" and back.sample_starts == [] and back.tool_calls == []
     assert back.samples() == [(0, len(t.token_ids))]
     assert back.messages == t.messages

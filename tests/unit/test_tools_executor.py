@@ -215,3 +215,32 @@ def test_invalid_settings_are_rejected() -> None:
         ToolExecutor([add], timeout_s=0)
     with pytest.raises(ValueError, match="already registered"):
         ToolExecutor([add, add])
+
+
+async def test_each_call_has_a_record_with_its_latency_and_failure() -> None:
+    ex = ToolExecutor([add, nap, explode], timeout_s=0.5)
+    res = await ex.run(
+        calls(
+            ("nap", {"seconds": 0.2}),
+            ("add", {"a": 1, "b": 2}),
+            ("explode", {"message": "no"}),
+            ("nap", {"seconds": 5}),
+            ("nope", {}),
+        ),
+        parse_errors=["bad json"],
+    )
+    recs = res.calls
+    assert len(recs) == len(res.messages) == 6
+    assert [(r.id, r.name, r.error) for r in recs] == [
+        ("call_0", "nap", None),
+        ("call_1", "add", None),
+        ("call_2", "explode", "tool_exceptions"),
+        ("call_3", "nap", "tool_timeouts"),
+        ("call_4", "nope", "tool_unknown"),
+        (None, "", "tool_parse_errors"),
+    ]
+    assert 0.2 <= recs[0].latency_s < 0.5  # the nap's own time, not the turn's
+    assert recs[1].latency_s < 0.2
+    assert 0.5 <= recs[3].latency_s < 1.0  # cut at the timeout
+    assert recs[4].latency_s == recs[5].latency_s == 0.0  # never ran
+    assert recs[0].output_chars == len("rested") and recs[1].output_chars == 1

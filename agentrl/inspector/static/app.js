@@ -233,10 +233,11 @@
     h += ep.tool_time_s === null ? (calls ? "tool time: not recorded" : "no tool calls") :
       `tool time ${fmt(ep.tool_time_s, 3)} s in all` +
       (calls ? `, ${fmt(ep.tool_time_s / calls, 3)} s per call on average` : "") +
-      (m.tool_errors ? `, ${m.tool_errors} error(s)` : "") +
-      " (the loop records tool latency per episode, not per call)";
+      (m.tool_errors ? `, ${m.tool_errors} error(s)` : "");
     h += "</p><div id=\"tools\">" + ep.tool_calls.map((c) =>
       `<div class="tool"><b>turn ${c.turn + 1} · ${esc(c.name || "(no call)")}</b> ` +
+      `<span class="latency">${c.latency_s === null ? "latency not recorded" :
+        fmt(c.latency_s * 1000, 1) + " ms"}${c.error ? " · " + esc(c.error) : ""}</span> ` +
       (c.arguments === null ? "" : `<code>${esc(JSON.stringify(c.arguments))}</code>`) +
       `<pre>${c.output === null ? "(no output)" : esc(c.output)}</pre></div>`).join("") + "</div>";
     h += `<details open><summary>Messages (${ep.messages.length})</summary>` +
