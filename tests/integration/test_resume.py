@@ -117,3 +117,26 @@ def test_sigkill_after_step_n_then_resume_trains_each_task_once(
         path = run / "trajectories" / f"step_{t['step']:06d}.parquet"
         got = {int(x.group_id.split(":")[1]) for x in read_trajectories(path)}
         assert got <= set(t["tasks"])
+
+
+def test_a_corrupt_newest_checkpoint_resumes_from_the_previous_one(
+    untrained_model_dir, server_url, tmp_path
+):
+    run = tmp_path / "r"
+    args = [
+        a for a in _args(untrained_model_dir, server_url, tmp_path, "sync") if "steps=" not in a
+    ]
+    first = train_from_cli(None, [*args, "steps=2"], None, lambda _m: None)
+    assert first.steps_done == 2
+    bad = run / "checkpoints" / "step_2" / "model_policy.pt"
+    bad.write_bytes(bad.read_bytes()[:1000])  # truncated, as by a crash of the disk
+    said: list[str] = []
+    result = train_from_cli(None, ["steps=3"], str(run), said.append)
+    assert result.steps_done == 3
+    assert any("step_2 is unusable" in m and str(bad) in m for m in said), said
+    assert "falling back to checkpoint step_1" in said
+    assert any(m.startswith("resumed from ") and "at step 1" in m for m in said), said
+    tasks = _tasks(run)
+    assert [t["step"] for t in tasks] == [1, 2, 3]
+    flat = [i for t in tasks for i in t["tasks"]]
+    assert sorted(flat) == list(range(6))  # step 2's tasks trained once more, not twice
