@@ -83,13 +83,17 @@ class ServerHandle:
         os.killpg(self.pgid, signal.SIGCONT)
 
     def kill(self) -> None:
-        """SIGKILLs the whole server tree, as a crash or the OOM killer would."""
+        """SIGKILLs the server's processes, as a crash or the OOM killer would; its reaper
+        (agentrl's watchdog of the group) outlives them, as it would then."""
+        from agentrl.inference.reaper import kill_members
+
         pgid = self.pgid
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGCONT)
-            os.killpg(pgid, signal.SIGKILL)
         if self.server.pid is not None:
             self.server.kill()
+        else:
+            kill_members(pgid)
         self._pgid = None
         deadline = time.monotonic() + 30
         while _group_alive(pgid) and time.monotonic() < deadline:
@@ -115,7 +119,11 @@ def chaos_server(chaos_server_config: Any) -> Iterator[ServerHandle]:
     reuse = os.environ.get("AGENTRL_CHAOS_SERVER")
     if reuse:
         url, pgid = reuse.split(",")
-        yield ServerHandle(chaos_server_config, url, int(pgid))
+        reused = ServerHandle(chaos_server_config, url, int(pgid))
+        try:
+            yield reused
+        finally:
+            reused.stop()  # only a server this session restarted
         return
     handle = ServerHandle(chaos_server_config)
     handle.start()
