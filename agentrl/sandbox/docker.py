@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import io
+import logging
 import os
 import posixpath
 import select
@@ -58,7 +60,11 @@ DEFAULT_ENV = {
 }
 _GRACE_S = 5.0  # host-side slack past the in-container deadline
 _FILE_TIMEOUT_S = 60.0  # one read_file / write_file / download
+log = logging.getLogger(__name__)
 _MIB = 1 << 20
+# How long close() keeps trying to remove a container and its volumes when the engine
+# fails (e.g. dockerd restarting: its socket refuses, or a pooled connection is stale).
+_REMOVE_RETRY_S = 60.0
 _DEFAULT_LIMITS = SandboxLimits()
 _executor = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="docker-sb")
 
@@ -276,12 +282,11 @@ class DockerSandbox:
             self._closed = True
             container, volumes = self._container, self._volumes
             self._volumes = []
+        deadline = time.monotonic() + _REMOVE_RETRY_S
         if container is not None:
-            with contextlib.suppress(Exception):
-                container.remove(force=True, v=True)
+            _remove_retrying(lambda: container.remove(force=True, v=True), deadline)
         for vol in volumes:
-            with contextlib.suppress(Exception):
-                vol.remove(force=True)
+            _remove_retrying(functools.partial(vol.remove, force=True), deadline)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -611,3 +616,27 @@ def _pump(
                     room = max(0, cap - len(buf))
                     buf += data[:room]
                     dropped[stream if stream in dropped else 1] += len(data) - min(room, len(data))
+
+
+def _remove_retrying(remove: Callable[[], Any], deadline: float) -> None:
+    """Calls ``remove`` until it works, the object is gone, or ``deadline`` passes.
+
+    A failed removal (the engine restarting, a stale pooled connection) is retried
+    with backoff instead of leaving the container behind for the rest of the run; if
+    the engine never answers, the owner's watchdog removes it when the run ends.
+    """
+    import docker.errors
+
+    delay = 0.2
+    while True:
+        try:
+            remove()
+            return
+        except docker.errors.NotFound:
+            return
+        except Exception as e:
+            if time.monotonic() + delay > deadline:
+                log.warning("could not remove a sandbox container/volume: %r", e)
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -104,12 +104,6 @@ async def _episode(tokenizer: Any, image: str, calls: list[tuple[str, dict[str, 
         await env.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="leak: DockerSandbox._close_sync (agentrl/sandbox/docker.py) swallows the failed "
-    "remove while dockerd is down, and nothing removes the episode's container once the "
-    "daemon is back (needs a retried/deferred removal; sandbox and leak owners' fix)",
-)
 def test_docker_daemon_restarted_during_swe_episode(tokenizer):
     from agentrl.sandbox.images import ensure_image
 
