@@ -158,13 +158,21 @@ def train_cmd(
     except ComponentError as e:
         raise _fail(str(e)) from e
     if result.eval_after:
-        b, a = result.eval_before.get("success", float("nan")), result.eval_after["success"]
-        console.print(
-            f"held-out success: {b:.3f} → {a:.3f} ({a - b:+.3f}) after {result.steps_done} steps"
-        )
+        console.print(eval_summary(result.eval_before, result.eval_after, result.steps_done))
     if result.early_stop:
         console.print(f"stopped early: {result.early_stop}", markup=False)
     console.print(f"run directory: {result.run_dir}")
+
+
+def eval_summary(before: dict[str, float], after: dict[str, float], steps: int) -> str:
+    """The run's closing line on held-out success (a resumed run has no "before")."""
+    a = after["success"]
+    if "success" in before:
+        b = before["success"]
+        change = f"{b:.3f} → {a:.3f} ({a - b:+.3f})"
+    else:  # a resumed run does not evaluate its starting point again
+        change = f"{a:.3f} (resumed run: the starting figure is in metrics.jsonl)"
+    return f"held-out success: {change} after {steps} steps"
 
 
 @app.command("eval")
