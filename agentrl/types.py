@@ -181,6 +181,24 @@ class StopReason(StrEnum):
     """The reward model could not score the episode (server down, timeout, too long); the
     reason is in ``Trajectory.error``. Not trained on."""
 
+    @property
+    def is_failure(self) -> bool:
+        """The episode broke for a reason that is not the policy's doing (not trained on)."""
+        return self in _FAILURES
+
+
+_FAILURES = frozenset(
+    {
+        StopReason.ENV_ERROR,
+        StopReason.LLM_ERROR,
+        StopReason.INTERNAL_ERROR,
+        StopReason.TOKENIZATION_ERROR,
+        StopReason.ABORTED,
+        StopReason.AGENT_ERROR,
+        StopReason.REWARD_ERROR,
+    }
+)
+
 
 @dataclass(frozen=True)
 class StepResult:

@@ -29,20 +29,9 @@ from agentrl.config import OrchestrationConfig
 from agentrl.inference.weight_sync import PauseMode
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.rewards import reward_model_metrics
-from agentrl.types import StopReason, Trajectory
+from agentrl.types import Trajectory
 
 __all__ = ["Driver", "GroupRunner", "StepOutput", "TrainerLike", "select_groups"]
-
-# Episodes that ended for reasons that are not the policy's doing are not trained on.
-_NOT_TRAINABLE = {
-    StopReason.ENV_ERROR,
-    StopReason.LLM_ERROR,
-    StopReason.INTERNAL_ERROR,
-    StopReason.TOKENIZATION_ERROR,
-    StopReason.ABORTED,
-    StopReason.AGENT_ERROR,
-    StopReason.REWARD_ERROR,
-}
 
 
 class GroupRunner(Protocol):
@@ -80,7 +69,7 @@ def select_groups(
     for g in groups:
         ok = []
         for t in g:
-            if t.stop_reason in _NOT_TRAINABLE:
+            if t.stop_reason.is_failure:
                 why[f"episode:{t.stop_reason}"] += 1
             elif not t.num_model_tokens:
                 why["episode:no_model_tokens"] += 1  # e.g. the prompt alone filled the context

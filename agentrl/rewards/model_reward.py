@@ -25,16 +25,6 @@ from agentrl.types import StopReason, Trajectory
 
 __all__ = ["RewardMix", "ScoredRunner", "Scorer", "SequenceScorer", "reward_model_metrics"]
 
-# Episodes that failed before scoring are not trained on; scoring them would be waste.
-_UNSCORED = {
-    StopReason.ENV_ERROR,
-    StopReason.LLM_ERROR,
-    StopReason.INTERNAL_ERROR,
-    StopReason.TOKENIZATION_ERROR,
-    StopReason.ABORTED,
-    StopReason.AGENT_ERROR,
-}
-
 
 class SequenceScorer(Protocol):
     """What scores token sequences (``agentrl.inference.reward_model.RewardModelClient``)."""
@@ -118,7 +108,7 @@ class Scorer:
         """Scores the group's finished episodes in one batch and sets their rewards."""
         todo: list[tuple[Trajectory, list[int]]] = []
         for t in group:
-            if t.stop_reason in _UNSCORED:
+            if t.stop_reason.is_failure:  # not trained on: scoring it would be waste
                 continue
             try:
                 todo.append((t, self.render(t)))
