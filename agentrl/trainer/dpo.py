@@ -180,16 +180,7 @@ def dpo_step(
                         acc.add("dpo/logp_rejected", float(seq[1::2].detach().sum()), n)
                 _optimizer_step(trainer, acc, bad, mi, epoch, _nonfinite())
     metrics.update(acc.result())
-    trainer.global_step += 1
-    trainer.samples_seen += len(trajectories)
-    timing = timer.result()
-    total_s = time.perf_counter() - t_start
-    n_tok = float(batch.lengths_B.sum())
-    metrics.update(timing)
-    metrics["perf/tokens_per_s"] = n_tok * u.epochs / max(timing.get("time/update", total_s), 1e-9)
-    metrics["perf/step_tokens_per_s"] = n_tok / max(total_s, 1e-9)
-    metrics["time/step"] = total_s
-    metrics["optim/lr"] = float(trainer.scheduler.get_last_lr()[0])
+    trainer.count_step(metrics, len(trajectories), batch, timer, t_start, u.epochs)
     metrics["response/length_mean"] = float(mask.sum(-1).float().mean())
     if weight_version is not None:
         metrics["batch/weight_version"] = float(weight_version)

@@ -240,6 +240,28 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- step
 
+    def count_step(
+        self,
+        metrics: dict[str, float],
+        n_trajectories: int,
+        batch: Any,
+        timer: Any,
+        t_start: float,
+        epochs: int,
+    ) -> None:
+        """Ends a step (RL or DPO): counters, timings, throughput and the learning rate."""
+        self.global_step += 1
+        self.samples_seen += n_trajectories
+        timing = timer.result()
+        total_s = time.perf_counter() - t_start
+        n_tok = float(batch.lengths_B.sum())
+        metrics.update(timing)
+        update_s = timing.get("time/update", total_s)
+        metrics["perf/tokens_per_s"] = n_tok * epochs / max(update_s, 1e-9)
+        metrics["perf/step_tokens_per_s"] = n_tok / max(total_s, 1e-9)
+        metrics["time/step"] = total_s
+        metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
+
     def step(
         self, trajectories: Sequence[Trajectory], *, weight_version: int | None = None
     ) -> dict[str, float]:
@@ -361,18 +383,7 @@ class Trainer:
         )
         if values is not None:
             metrics["critic/explained_variance"] = explained_variance(values, ret, mask)
-        self.global_step += 1
-        self.samples_seen += len(trajectories)
-        timing = timer.result()
-        total_s = time.perf_counter() - t_start
-        n_tok = float(batch.lengths_B.sum())
-        metrics.update(timing)
-        metrics["perf/tokens_per_s"] = (
-            n_tok * cfg.update.epochs / max(timing.get("time/update", total_s), 1e-9)
-        )
-        metrics["perf/step_tokens_per_s"] = n_tok / max(total_s, 1e-9)
-        metrics["time/step"] = total_s
-        metrics["optim/lr"] = float(self.scheduler.get_last_lr()[0])
+        self.count_step(metrics, len(trajectories), batch, timer, t_start, cfg.update.epochs)
         metrics.update(self._peak.metrics())
         sh = self.memory_plan.shape
         if sh is not None and self.device.type == "cuda" and self.compute_dtype == torch.bfloat16:
