@@ -106,7 +106,12 @@ class LeakCheck:
         own_watchdog = "agentrl.watchdog" in cmd and cmd[cmd.index("--owner") + 1 :][:1] == [
             str(self.pid)
         ]
-        return pid == self.pid or own_watchdog
+        # multiprocessing's resource tracker of the session itself: it reads a pipe from the
+        # session and exits when the session does (one whose parent died is still a leak).
+        own_tracker = _ppid(pid) == self.pid and any(
+            "multiprocessing.resource_tracker" in part for part in cmd
+        )
+        return pid == self.pid or own_watchdog or own_tracker
 
     def processes(self) -> dict[int, str]:
         pids = _pids()

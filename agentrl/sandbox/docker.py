@@ -198,7 +198,16 @@ class DockerSandbox:
             return
         if self._closed:
             raise SandboxError("sandbox already closed")
-        await self._run(self._start_sync)
+        work = asyncio.get_running_loop().run_in_executor(_executor, self._start_sync)
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # The engine call goes on in its thread and the caller will never hold this
+            # sandbox: whatever it creates is removed as soon as it returns.
+            with self._lock:
+                self._closed = True
+            work.add_done_callback(lambda _: _executor.submit(self._close_sync))
+            raise
 
     def _start_sync(self) -> None:
         from agentrl.sandbox.images import docker_client, ensure_image

@@ -184,3 +184,29 @@ def test_setup_script_without_root_or_engine_explains() -> None:
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert "is not root" in proc.stderr and "cannot install or start" in proc.stderr
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.3])
+async def test_a_start_cancelled_midway_leaves_no_container(docker_image: str, after_s) -> None:
+    """A caller cancelled while the engine creates its container (an episode cut by its
+    budget, a run ending) never holds the sandbox: what the engine call still makes is
+    removed, not left running until the process exits."""
+    import asyncio
+
+    run = f"cancel-{after_s}"
+    sb = DockerSandbox(docker_image, LIMITS, run_id=run)
+    task = asyncio.create_task(sb.start())
+    await asyncio.sleep(after_s)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    client = docker_client()
+    filters = {"label": [f"agentrl.run={run}"]}
+    for _ in range(100):  # the engine call finishes in its thread, then removes its work
+        left = client.containers.list(all=True, filters=filters)
+        left += client.volumes.list(filters=filters)
+        if not left:
+            break
+        await asyncio.sleep(0.2)
+    assert not left, f"left behind by the cancelled start: {left}"
+    await sb.close()  # idempotent after the cancel

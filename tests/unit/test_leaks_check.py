@@ -34,10 +34,16 @@ LEAKY = textwrap.dedent(
 CLEAN = textwrap.dedent(
     """
     import subprocess, sys
+    from multiprocessing import resource_tracker, shared_memory
     from agentrl.watchdog import unwatch_path, watch_path
 
     def test_clean(tmp_path):
         subprocess.run([sys.executable, "-c", "pass"], check=True)
+        # multiprocessing's resource tracker: a child of the session that ends with it
+        mem = shared_memory.SharedMemory(create=True, size=16)
+        mem.close()
+        mem.unlink()
+        assert resource_tracker._resource_tracker._pid is not None
         d = tmp_path / "agentrl-weights-closed"
         d.mkdir()
         watch_path(d)
