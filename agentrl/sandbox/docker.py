@@ -29,18 +29,18 @@ import io
 import logging
 import os
 import posixpath
-import select
-import socket
 import tarfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
 from agentrl.sandbox import docker_scripts as scripts
 from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits, code_argv
+from agentrl.sandbox.docker_io import finish, pump, remove_retrying, tar_upload, text
+from agentrl.sandbox.docker_owner import LABEL, RUN_ID, owner_labels, reap_orphans
+from agentrl.sandbox.exec_client import ResidentExec, ServerUnavailable
 from agentrl.watchdog import watch_docker
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
@@ -48,8 +48,6 @@ __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_
 WORKDIR = "/workspace"
 UID = scripts.UID  # every command, and every file operation, runs as this user
 IDLE_UID = 65534  # the container's idle process: out of reach of uid 1000's signals
-LABEL = "agentrl.sandbox"
-RUN_ID = uuid.uuid4().hex[:12]  # this process's run, on every container it creates
 DEFAULT_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": WORKDIR,
@@ -69,74 +67,6 @@ _DEFAULT_LIMITS = SandboxLimits()
 _executor = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="docker-sb")
 
 
-def _proc_start(pid: int) -> str:
-    """The start time of process ``pid`` (to tell a live owner from a reused pid), or ''."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def owner_labels(run_id: str = RUN_ID) -> dict[str, str]:
-    """Labels naming this process as the owner of a container or volume."""
-    pid = os.getpid()
-    return {
-        LABEL: "1",
-        "agentrl.run": run_id,
-        "agentrl.host": socket.gethostname(),
-        "agentrl.pid": str(pid),
-        "agentrl.pid_start": _proc_start(pid),
-    }
-
-
-def _owner_gone(labels: dict[str, str]) -> bool:
-    if labels.get("agentrl.host") != socket.gethostname():
-        return False  # another machine's engine user: not ours to judge
-    try:
-        pid = int(labels.get("agentrl.pid", ""))
-    except ValueError:
-        return True
-    start = _proc_start(pid)
-    return not start or start != labels.get("agentrl.pid_start")
-
-
-def reap_orphans(client: Any = None) -> int:
-    """Removes sandbox containers and volumes whose owning process (on this host) is gone.
-
-    Returns:
-        How many containers were removed.
-    """
-    from agentrl.sandbox.images import docker_client
-
-    client = client or docker_client()
-    n = 0
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        if _owner_gone(c.labels):
-            with contextlib.suppress(Exception):
-                c.remove(force=True, v=True)
-                n += 1
-    for v in client.volumes.list(filters={"label": f"{LABEL}=1"}):
-        if _owner_gone(v.attrs.get("Labels") or {}):
-            with contextlib.suppress(Exception):
-                v.remove(force=True)
-    return n
-
-
-def _add(tf: tarfile.TarFile, entries: list[tuple[str, bytes | None]]) -> None:
-    """Adds (name, data) pairs owned by uid 1000; data None is a directory."""
-    for name, data in entries:
-        info = tarfile.TarInfo(name)
-        info.uid = info.gid = UID
-        info.mtime = int(time.time())
-        if data is None:
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tf.addfile(info)
-        else:
-            info.size, info.mode = len(data), 0o644
-            tf.addfile(info, io.BytesIO(data))
-
-
 class DockerSandbox:
     """One hardened container; see the module docstring for the security model.
 
@@ -150,6 +80,10 @@ class DockerSandbox:
         network: Docker network when ``limits.network`` is True (an allowlist is a network
             whose reachability you control); ignored otherwise (``none``).
         kill_background: Kill processes a command leaves behind once it ends.
+        resident_exec: Run commands through a resident server in the container
+            (:mod:`agentrl.sandbox.exec_server`, one round trip instead of a
+            ``docker exec``, which costs ~50 ms); images without ``python3``, and calls
+            made while it is busy, use ``docker exec``.
         on_exec: Called (from a worker thread) with each exec's result, e.g. for metrics.
     """
 
@@ -164,6 +98,7 @@ class DockerSandbox:
         cpus: float = 1.0,
         network: str | None = None,
         kill_background: bool = True,
+        resident_exec: bool = True,
         on_exec: Callable[[ExecResult], None] | None = None,
     ) -> None:
         if limits.network and not network:
@@ -173,6 +108,10 @@ class DockerSandbox:
         self.cpus = cpus
         self.network = network if limits.network else "none"
         self.kill_background = kill_background
+        self.resident_exec = resident_exec
+        self._resident: ResidentExec | None = None
+        #: How the execs went: through the resident server, or a ``docker exec``.
+        self.exec_paths = {"resident": 0, "docker_exec": 0}
         self._on_exec = on_exec
         self._client = client
         self._labels = {**(labels or {}), **owner_labels(run_id)}
@@ -261,6 +200,9 @@ class DockerSandbox:
                 if self._closed:
                     raise SandboxError("closed while starting")
             container.start()
+            if self.resident_exec:
+                user = f"{UID}:{UID}"
+                self._resident = ResidentExec(self._client.api, container.id, user, WORKDIR)
         except Exception as e:
             self._close_sync()
             raise SandboxError(f"could not start a container from {self.image!r}: {e}") from e
@@ -291,11 +233,13 @@ class DockerSandbox:
             self._closed = True
             container, volumes = self._container, self._volumes
             self._volumes = []
+        if self._resident is not None:
+            self._resident.drop()
         deadline = time.monotonic() + _REMOVE_RETRY_S
         if container is not None:
-            _remove_retrying(lambda: container.remove(force=True, v=True), deadline)
+            remove_retrying(lambda: container.remove(force=True, v=True), deadline)
         for vol in volumes:
-            _remove_retrying(functools.partial(vol.remove, force=True), deadline)
+            remove_retrying(functools.partial(vol.remove, force=True), deadline)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -327,6 +271,8 @@ class DockerSandbox:
             code, out = self._container.exec_run(["sh", "-c", cmd], user=f"{UID}:{UID}")
         except Exception as e:
             code, out = -1, str(e).encode()
+        if self._resident is not None:  # killed with the rest: the next exec restarts it
+            self._resident.drop()
         if code != 0:
             self.dead = True
             raise SandboxError(f"reset failed (exit {code}): {out[-500:]!r}")
@@ -371,8 +317,8 @@ class DockerSandbox:
             argv, t, stdin, env, self.limits.max_output_bytes, self.kill_background
         )
         result = ExecResult(
-            stdout=_decode(out, dropped[1]),
-            stderr=_decode(err, dropped[2]),
+            stdout=text(out, dropped[1]),
+            stderr=text(err, dropped[2]),
             exit_code=code,
             timed_out=timed_out,
             duration_s=elapsed,
@@ -394,8 +340,17 @@ class DockerSandbox:
         stream, exit code, timed out, seconds)."""
         import docker.errors
 
-        api = self._client.api
         t0 = time.perf_counter()
+        server = self._resident
+        if server is not None and server.lock.acquire(blocking=False):
+            try:
+                got = self._exec_resident(server, argv, t, stdin, env, cap, kill_background, t0)
+            finally:
+                server.lock.release()
+            if got is not None:
+                return got
+        self.exec_paths["docker_exec"] += 1
+        api = self._client.api
         wrapped = ["sh", "-c", scripts.WRAPPER, "agentrl-exec", f"{t:.3f}"]
         wrapped += ["1" if kill_background else "0", *argv]
         try:
@@ -411,10 +366,10 @@ class DockerSandbox:
         bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         dropped = {1: 0, 2: 0}
         try:
-            done = _pump(raw, stdin or b"", t0 + t + _GRACE_S, bufs, dropped, cap)
+            done = pump(raw, stdin or b"", t0 + t + _GRACE_S, bufs, dropped, cap)
             if not done:  # the in-container deadline failed: kill everything of uid 1000
                 self._kill_all()
-                done = _pump(raw, b"", time.perf_counter() + _GRACE_S, bufs, dropped, cap)
+                done = pump(raw, b"", time.perf_counter() + _GRACE_S, bufs, dropped, cap)
             if not done:
                 self.dead = True
                 raise SandboxError(f"exec did not end {t + 2 * _GRACE_S:.0f}s after its start")
@@ -428,20 +383,48 @@ class DockerSandbox:
                 code = int(info["ExitCode"])
                 break
             time.sleep(0.01)
-        elapsed = time.perf_counter() - t0
         if code is None:
             self.dead = True
             raise SandboxError("exec ended without an exit code (container died?)")
-        timed_out = code == 137 and elapsed >= t - 0.05
-        if timed_out:
-            code = -9
-        elif 128 < code <= 128 + 64:
-            code = -(code - 128)  # the shell's convention for "killed by signal N"
-        return bufs[1], bufs[2], dropped, code, timed_out, elapsed
+        return finish(bufs, dropped, code, t, t0)
 
-    def _kill_all(self) -> None:
+    def _exec_resident(
+        self,
+        server: ResidentExec,
+        argv: list[str],
+        t: float,
+        stdin: bytes | None,
+        env: dict[str, str] | None,
+        cap: int,
+        kill_background: bool,
+        t0: float,
+    ) -> tuple[bytearray, bytearray, dict[int, int], int, bool, float] | None:
+        """``_exec_raw`` through the resident server; None where it cannot take the call
+        (nothing ran: use ``docker exec``)."""
+        try:
+            res = server.run(
+                argv, t, stdin, env, cap, kill_background, t0 + t + _GRACE_S,
+                lambda: self._kill_all(forget_server=False),  # its EOF ends the wait
+            )  # fmt: skip
+        except ServerUnavailable as e:
+            log.debug("resident exec unavailable, using docker exec: %s", e)
+            return None
+        if res is None:
+            self.dead = True
+            raise SandboxError(f"exec did not end {t + 2 * _GRACE_S:.0f}s after its start")
+        self.exec_paths["resident"] += 1
+        # No exit status: the server died with the command (killed, e.g. `kill -9 -1`),
+        # which a `docker exec` of the wrapper reports as 137.
+        code = 137 if res.code is None else res.code
+        return finish(res.bufs, res.dropped, code, t, t0)
+
+    def _kill_all(self, forget_server: bool = True) -> None:
+        """Kills every process of uid 1000, the resident exec server included."""
         with contextlib.suppress(Exception):
-            self._container.exec_run(["kill", "-s", "KILL", "--", "-1"], user=f"{UID}:{UID}")
+            # The shell's builtin: procps' `kill` refuses `-1` after `--` (a usage error).
+            self._container.exec_run(["sh", "-c", "kill -s KILL -- -1"], user=f"{UID}:{UID}")
+        if forget_server and self._resident is not None:
+            self._resident.drop()
 
     async def run_code(
         self, code: str, *, language: str = "python", timeout_s: float | None = None
@@ -523,7 +506,7 @@ class DockerSandbox:
         """
         rel = posixpath.relpath(self._check_path(dest), WORKDIR)
         into = rel == "." or str(dest).endswith("/")
-        tar = await self._run(_tar_upload, Path(local), rel, into)
+        tar = await self._run(tar_upload, Path(local), rel, into)
         await self._run(self._put, tar)
 
     async def copy_dir_in(self, local_dir: str | os.PathLike[str], dest: str = ".") -> None:
@@ -550,102 +533,3 @@ class DockerSandbox:
             return out / posixpath.basename(src)
 
         return await self._run(_get)
-
-
-def _tar_upload(src: Path, rel: str, into: bool) -> bytes:
-    """A tar that puts host file/directory ``src`` at ``rel`` (see ``DockerSandbox.upload``)."""
-    if not src.exists():
-        raise FileNotFoundError(src)
-    if src.is_file() and into:
-        rel = posixpath.normpath(posixpath.join(rel, src.name))
-    parts = [] if rel == "." else rel.split("/")
-    parts = parts[:-1] if src.is_file() else parts
-
-    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = UID
-        info.uname = info.gname = ""
-        return info
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        _add(tf, [("/".join(parts[:i]), None) for i in range(1, len(parts) + 1)])
-        if src.is_file():
-            tf.add(src, arcname=rel, filter=owned)
-        else:
-            for child in sorted(src.iterdir()):
-                arc = posixpath.join(rel, child.name) if rel != "." else child.name
-                tf.add(child, arcname=arc, filter=owned)
-    return buf.getvalue()
-
-
-def _decode(buf: bytearray, dropped: int) -> str:
-    text = buf.decode("utf-8", errors="replace")
-    return text + (f"\n[... output truncated: {dropped} more bytes]" if dropped else "")
-
-
-def _pump(
-    raw: Any,
-    stdin: bytes,
-    deadline: float,
-    bufs: dict[int, bytearray],
-    dropped: dict[int, int],
-    cap: int,
-) -> bool:
-    """Feeds stdin and demultiplexes docker's framed output until EOF (True) or the deadline."""
-    pending = bytearray()
-    stdin_open = True
-    poll = select.poll()
-    poll.register(raw, select.POLLIN | select.POLLOUT)
-    while True:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return False
-        for _, ev in poll.poll(left * 1000):
-            if stdin_open and ev & select.POLLOUT:
-                if stdin:
-                    n = raw.send(stdin[: 1 << 16])
-                    stdin = stdin[n:]
-                if not stdin:
-                    with contextlib.suppress(OSError):
-                        raw.shutdown(socket.SHUT_WR)
-                    stdin_open = False
-                    poll.modify(raw, select.POLLIN)
-            if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                chunk = raw.recv(1 << 16)
-                if not chunk:
-                    return True
-                pending += chunk
-                while len(pending) >= 8:
-                    size = int.from_bytes(pending[4:8], "big")
-                    if len(pending) < 8 + size:
-                        break
-                    stream, data = pending[0], pending[8 : 8 + size]
-                    del pending[: 8 + size]
-                    buf = bufs.get(stream, bufs[1])
-                    room = max(0, cap - len(buf))
-                    buf += data[:room]
-                    dropped[stream if stream in dropped else 1] += len(data) - min(room, len(data))
-
-
-def _remove_retrying(remove: Callable[[], Any], deadline: float) -> None:
-    """Calls ``remove`` until it works, the object is gone, or ``deadline`` passes.
-
-    A failed removal (the engine restarting, a stale pooled connection) is retried
-    with backoff instead of leaving the container behind for the rest of the run; if
-    the engine never answers, the owner's watchdog removes it when the run ends.
-    """
-    import docker.errors
-
-    delay = 0.2
-    while True:
-        try:
-            remove()
-            return
-        except docker.errors.NotFound:
-            return
-        except Exception as e:
-            if time.monotonic() + delay > deadline:
-                log.warning("could not remove a sandbox container/volume: %r", e)
-                return
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
