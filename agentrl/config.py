@@ -81,6 +81,12 @@ class InferenceConfig(_Strict):
     extra_args: list[str] = Field(
         default_factory=list, description="Extra command-line arguments for each vLLM server."
     )
+    cpus: list[int] = Field(
+        default_factory=list,
+        description="CPU ids the launched servers are pinned to (affinity, and on CPU one "
+        "vLLM OpenMP thread per CPU); with trainer.cpus disjoint, generation and training "
+        "overlap on separate cores. Empty: not pinned.",
+    )
 
 
 class StageConfig(_Strict):

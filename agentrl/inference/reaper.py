@@ -125,11 +125,20 @@ def _kill_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
     child.poll()
 
 
+def _parse_cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; see the module docstring."""
     ap = argparse.ArgumentParser(prog="agentrl.inference.reaper")
     ap.add_argument("--parent", type=int, required=True, help="pid to watch")
     ap.add_argument("--grace", type=float, default=10.0, help="seconds between TERM and KILL")
+    ap.add_argument("--cpus", default="", help="pin the command to these CPUs (e.g. 0-1,3)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -146,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.cpus:  # inherited by the command and everything it starts
+        os.sched_setaffinity(0, _parse_cpus(args.cpus))
     child = subprocess.Popen(cmd)
     shm = _ShmTracker(os.getpgid(0))
     while not stop and child.poll() is None:

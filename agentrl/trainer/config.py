@@ -441,6 +441,11 @@ class TrainerConfig(_Section):
         default_factory=CheckpointConfig, description="Checkpoints."
     )
     dpo: DPOConfig = Field(default_factory=DPOConfig, description="DPO settings (loss.name='dpo').")
+    cpus: list[int] = Field(
+        default_factory=list,
+        description="CPU ids the training process (trainer, rollout driver, envs) is pinned "
+        "to, with one torch thread per CPU. Empty: not pinned.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:
