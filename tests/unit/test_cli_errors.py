@@ -1,7 +1,9 @@
 """Every mistake a user can make prints one clear line and exits 2, without a traceback.
 
-Each case runs the real ``agentrl`` command in a subprocess (none gets as far as starting
-a server or building a model).
+The cases run the CLI's entry (``run_cli``, what ``python -m agentrl.cli`` and the console
+script call) in this process, each in the work directory; the real command in a
+subprocess covers both entry points, ``--debug`` and a missing Docker engine. None gets
+as far as starting a server or building a model.
 """
 
 from __future__ import annotations
@@ -69,11 +71,25 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_user_error_is_one_line_without_traceback(work: Path, case: str) -> None:
+def test_a_user_error_is_one_line_without_traceback(
+    work: Path, case: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import signal
+
+    from agentrl.cli import app
+    from agentrl.cli_errors import run_cli
+
     args, expected = CASES[case]
-    r = agentrl(work, *args)
-    out = r.stdout + r.stderr
-    assert r.returncode == 2, out
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(work))
+    term = signal.getsignal(signal.SIGTERM)  # run_cli installs its own handler
+    try:
+        with pytest.raises(SystemExit) as end:
+            run_cli(app, args)
+    finally:
+        signal.signal(signal.SIGTERM, term)
+    out = "".join(capfd.readouterr())
+    assert end.value.code == 2, out
     assert "Traceback" not in out, out
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and expected in errors[0], out
@@ -86,10 +102,13 @@ def test_missing_docker_is_a_user_error(work: Path, tmp_path: Path) -> None:
     assert "error: no Docker engine answers" in out and "setup-docker.sh" in out
 
 
-def test_the_console_script_entry_handles_user_errors_too(work: Path) -> None:
-    r = agentrl(work, "train", "--env", "my_env.py:NoTasks", entry="app")
+@pytest.mark.parametrize("entry", ["module", "app"])
+def test_the_real_command_handles_user_errors(work: Path, entry: str) -> None:
+    r = agentrl(work, "train", "--env", "my_env.py:NoTasks", entry=entry)
     out = r.stdout + r.stderr
-    assert r.returncode == 2 and "Traceback" not in out and "no built-in tasks" in out, out
+    assert r.returncode == 2 and "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no built-in tasks" in errors[0], out
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
