@@ -40,7 +40,7 @@ from agentrl.sandbox import docker_scripts as scripts
 from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits, code_argv
 from agentrl.sandbox.docker_io import finish, pump, remove_retrying, tar_upload, text
 from agentrl.sandbox.docker_owner import LABEL, RUN_ID, owner_labels, reap_orphans
-from agentrl.sandbox.exec_client import ResidentExec, ServerUnavailable
+from agentrl.sandbox.exec_client import ExecRequest, ResidentExec, ServerUnavailable
 from agentrl.watchdog import watch_docker
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
@@ -306,16 +306,15 @@ class DockerSandbox:
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise ValueError("empty command")
-        data = stdin.encode() if stdin is not None else None
-        result: ExecResult = await self._run(self._exec_sync, argv, t, data, env)
+        req = ExecRequest(
+            argv, t, stdin.encode() if stdin is not None else None, env,
+            self.limits.max_output_bytes, self.kill_background,
+        )  # fmt: skip
+        result: ExecResult = await self._run(self._exec_sync, req)
         return result
 
-    def _exec_sync(
-        self, argv: list[str], t: float, stdin: bytes | None, env: dict[str, str] | None
-    ) -> ExecResult:
-        out, err, dropped, code, timed_out, elapsed = self._exec_raw(
-            argv, t, stdin, env, self.limits.max_output_bytes, self.kill_background
-        )
+    def _exec_sync(self, req: ExecRequest) -> ExecResult:
+        out, err, dropped, code, timed_out, elapsed = self._exec_raw(req)
         result = ExecResult(
             stdout=text(out, dropped[1]),
             stderr=text(err, dropped[2]),
@@ -328,15 +327,9 @@ class DockerSandbox:
         return result
 
     def _exec_raw(
-        self,
-        argv: list[str],
-        t: float,
-        stdin: bytes | None,
-        env: dict[str, str] | None,
-        cap: int,
-        kill_background: bool,
+        self, req: ExecRequest
     ) -> tuple[bytearray, bytearray, dict[int, int], int, bool, float]:
-        """Runs ``argv`` under the wrapper as uid 1000: (stdout, stderr, bytes dropped per
+        """Runs ``req`` under the wrapper as uid 1000: (stdout, stderr, bytes dropped per
         stream, exit code, timed out, seconds)."""
         import docker.errors
 
@@ -344,19 +337,20 @@ class DockerSandbox:
         server = self._resident
         if server is not None and server.lock.acquire(blocking=False):
             try:
-                got = self._exec_resident(server, argv, t, stdin, env, cap, kill_background, t0)
+                got = self._exec_resident(server, req, t0)
             finally:
                 server.lock.release()
             if got is not None:
                 return got
         self.exec_paths["docker_exec"] += 1
         api = self._client.api
+        t, cap = req.t, req.cap
         wrapped = ["sh", "-c", scripts.WRAPPER, "agentrl-exec", f"{t:.3f}"]
-        wrapped += ["1" if kill_background else "0", *argv]
+        wrapped += ["1" if req.kill_background else "0", *req.argv]
         try:
             ex = api.exec_create(
                 self._require(), wrapped, stdin=True, user=f"{UID}:{UID}",
-                workdir=WORKDIR, environment=env or None,
+                workdir=WORKDIR, environment=req.env or None,
             )  # fmt: skip
             sock = api.exec_start(ex["Id"], socket=True)
         except docker.errors.APIError as e:
@@ -366,7 +360,7 @@ class DockerSandbox:
         bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         dropped = {1: 0, 2: 0}
         try:
-            done = pump(raw, stdin or b"", t0 + t + _GRACE_S, bufs, dropped, cap)
+            done = pump(raw, req.stdin or b"", t0 + t + _GRACE_S, bufs, dropped, cap)
             if not done:  # the in-container deadline failed: kill everything of uid 1000
                 self._kill_all()
                 done = pump(raw, b"", time.perf_counter() + _GRACE_S, bufs, dropped, cap)
@@ -389,23 +383,13 @@ class DockerSandbox:
         return finish(bufs, dropped, code, t, t0)
 
     def _exec_resident(
-        self,
-        server: ResidentExec,
-        argv: list[str],
-        t: float,
-        stdin: bytes | None,
-        env: dict[str, str] | None,
-        cap: int,
-        kill_background: bool,
-        t0: float,
+        self, server: ResidentExec, req: ExecRequest, t0: float
     ) -> tuple[bytearray, bytearray, dict[int, int], int, bool, float] | None:
         """``_exec_raw`` through the resident server; None where it cannot take the call
         (nothing ran: use ``docker exec``)."""
-        try:
-            res = server.run(
-                argv, t, stdin, env, cap, kill_background, t0 + t + _GRACE_S,
-                lambda: self._kill_all(forget_server=False),  # its EOF ends the wait
-            )  # fmt: skip
+        t = req.t
+        try:  # past the deadline: kill all, whose EOF on the stream ends the wait
+            res = server.run(req, t0 + t + _GRACE_S, lambda: self._kill_all(forget_server=False))
         except ServerUnavailable as e:
             log.debug("resident exec unavailable, using docker exec: %s", e)
             return None
@@ -457,9 +441,9 @@ class DockerSandbox:
             SandboxError: Anything else (a full disk, a timeout).
         """
         cap = max(self.limits.max_disk_mb, 1) * _MIB
-        out, err, dropped, code, timed_out, _ = self._exec_raw(
-            ["sh", "-c", script, "agentrl-file", path], _FILE_TIMEOUT_S, stdin, None, cap, False
-        )
+        argv = ["sh", "-c", script, "agentrl-file", path]
+        req = ExecRequest(argv, _FILE_TIMEOUT_S, stdin, None, cap, kill_background=False)
+        out, err, dropped, code, timed_out, _ = self._exec_raw(req)
         why = err.decode("utf-8", errors="replace").strip()[-500:]
         if code == scripts.EXIT_MISSING:
             raise FileNotFoundError(why or f"no such file in the sandbox: {path}")

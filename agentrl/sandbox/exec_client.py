@@ -16,6 +16,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,27 @@ from agentrl.sandbox import docker_scripts as scripts
 _U32 = struct.Struct(">I")
 _SOURCE = Path(__file__).with_name("exec_server.py").read_text()
 _START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command as the exec wrapper runs it (by either path).
+
+    Attributes:
+        argv: The command.
+        t: Its timeout, seconds (the wrapper's ``timeout -s KILL``).
+        stdin: Bytes for its stdin (None: none).
+        env: More environment variables (None: none).
+        cap: Bytes kept of each of stdout and stderr (the rest is counted).
+        kill_background: Sweep the processes it leaves behind.
+    """
+
+    argv: list[str]
+    t: float
+    stdin: bytes | None = None
+    env: dict[str, str] | None = None
+    cap: int = 1 << 20
+    kill_background: bool = True
 
 
 class ServerUnavailable(Exception):
@@ -144,18 +166,8 @@ class ResidentExec:
         return kind, payload
 
     # --------------------------------------------------------------------- run
-    def run(
-        self,
-        argv: list[str],
-        t: float,
-        stdin: bytes | None,
-        env: dict[str, str] | None,
-        cap: int,
-        kill_background: bool,
-        deadline: float,
-        on_deadline: Callable[[], None],
-    ) -> Raw | None:
-        """Runs ``argv`` (the caller holds :attr:`lock`).
+    def run(self, req: ExecRequest, deadline: float, on_deadline: Callable[[], None]) -> Raw | None:
+        """Runs ``req`` (the caller holds :attr:`lock`).
 
         At ``deadline`` (the in-container ``timeout`` failed) it calls ``on_deadline()``
         once, which must kill the command, and waits ``grace_s`` more for the end.
@@ -180,13 +192,14 @@ class ResidentExec:
                 raise ServerUnavailable(f"could not start the exec server: {e}") from e
         raw = self._raw
         assert raw is not None
-        req = json.dumps(
-            {"argv": argv, "t": t, "kb": int(kill_background), "cap": cap, "env": env}
-        ).encode()
-        data = stdin or b""
+        head = json.dumps(
+            {"argv": req.argv, "t": req.t, "kb": int(req.kill_background), "cap": req.cap,
+             "env": req.env}
+        ).encode()  # fmt: skip
+        data = req.stdin or b""
         try:
             raw.settimeout(max(0.1, deadline - time.perf_counter()))
-            raw.sendall(_U32.pack(len(req)) + req + _U32.pack(len(data)) + data)
+            raw.sendall(_U32.pack(len(head)) + head + _U32.pack(len(data)) + data)
         except OSError:  # it died after reading part of the request: it may have run
             self.drop()
             return Raw()

@@ -186,23 +186,49 @@ def test_setup_script_without_root_or_engine_explains() -> None:
     assert "is not root" in proc.stderr and "cannot install or start" in proc.stderr
 
 
-@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.3])
-async def test_a_start_cancelled_midway_leaves_no_container(docker_image: str, after_s) -> None:
+@pytest.mark.parametrize("at", ["before the engine call", "volume made", "container made"])
+async def test_a_start_cancelled_midway_leaves_no_container(
+    docker_image: str, at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A caller cancelled while the engine creates its container (an episode cut by its
     budget, a run ending) never holds the sandbox: what the engine call still makes is
     removed, not left running until the process exits."""
     import asyncio
+    import threading
 
-    run = f"cancel-{after_s}"
-    sb = DockerSandbox(docker_image, LIMITS, run_id=run)
+    run = f"cancel-{at.split()[0]}"
+    client = docker_client()
+    reached = threading.Event()
+    sb = DockerSandbox(docker_image, LIMITS, run_id=run, client=client)
+    if at == "volume made":
+        make_volume = sb._volume
+
+        def volume(opts: str):
+            vol = make_volume(opts)
+            reached.set()
+            return vol
+
+        sb._volume = volume  # type: ignore[method-assign]
+    elif at == "container made":
+        from docker.models.containers import ContainerCollection
+
+        create = ContainerCollection.create
+
+        def create_container(self, *a, **k):
+            made = create(self, *a, **k)
+            reached.set()
+            return made
+
+        monkeypatch.setattr(ContainerCollection, "create", create_container)
+    else:
+        reached.set()
     task = asyncio.create_task(sb.start())
-    await asyncio.sleep(after_s)
+    assert await asyncio.to_thread(reached.wait, 60)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    client = docker_client()
     filters = {"label": [f"agentrl.run={run}"]}
-    for _ in range(100):  # the engine call finishes in its thread, then removes its work
+    for _ in range(150):  # the engine call finishes in its thread, then removes its work
         left = client.containers.list(all=True, filters=filters)
         left += client.volumes.list(filters=filters)
         if not left:
