@@ -11,13 +11,13 @@ import select
 import socket
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from agentrl.sandbox.docker_scripts import UID
 
-__all__ = ["finish", "pump", "remove_retrying", "tar_upload", "text"]
+__all__ = ["docker_frames", "finish", "pump", "remove_retrying", "tar_upload", "text"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,19 @@ def text(buf: bytearray, dropped: int) -> str:
     return text + (f"\n[... output truncated: {dropped} more bytes]" if dropped else "")
 
 
+def docker_frames(pending: bytearray) -> Iterator[tuple[int, bytes]]:
+    """Takes the whole frames of docker's multiplexed exec stream (8-byte header: stream,
+    3 zero bytes, big-endian size) off the front of ``pending``: (stream, payload) each;
+    a partial frame stays for the next chunk."""
+    while len(pending) >= 8:
+        size = int.from_bytes(pending[4:8], "big")
+        if len(pending) < 8 + size:
+            return
+        stream, data = pending[0], bytes(pending[8 : 8 + size])
+        del pending[: 8 + size]
+        yield stream, data
+
+
 def pump(
     raw: Any,
     stdin: bytes,
@@ -112,12 +125,7 @@ def pump(
                 if not chunk:
                     return True
                 pending += chunk
-                while len(pending) >= 8:
-                    size = int.from_bytes(pending[4:8], "big")
-                    if len(pending) < 8 + size:
-                        break
-                    stream, data = pending[0], pending[8 : 8 + size]
-                    del pending[: 8 + size]
+                for stream, data in docker_frames(pending):
                     buf = bufs.get(stream, bufs[1])
                     room = max(0, cap - len(buf))
                     buf += data[:room]

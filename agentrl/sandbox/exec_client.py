@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.sandbox import docker_scripts as scripts
+from agentrl.sandbox.docker_io import docker_frames
 
 _U32 = struct.Struct(">I")
 _SOURCE = Path(__file__).with_name("exec_server.py").read_text()
@@ -59,6 +60,16 @@ class Raw:
         self.bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         self.dropped = {1: 0, 2: 0}
         self.code: int | None = None  # None: the server died before reporting it
+
+
+def _recv(raw: Any, timeout: float) -> bytes | None:
+    """What the stream has within ``timeout`` seconds: None if nothing came, b"" at its end."""
+    if not select.select([raw], [], [], timeout)[0]:
+        return None
+    try:
+        return bytes(raw.recv(1 << 16))
+    except OSError:
+        return b""
 
 
 class ResidentExec:
@@ -103,11 +114,8 @@ class ResidentExec:
         deadline = time.perf_counter() + _START_TIMEOUT_S
         while (frame := self._frame()) is None:  # the server says it is ready
             left = deadline - time.perf_counter()
-            chunk = b""
-            if left > 0 and select.select([self._raw], [], [], left)[0]:
-                with contextlib.suppress(OSError):
-                    chunk = self._raw.recv(1 << 16)
-            if not chunk:
+            chunk = _recv(self._raw, left) if left > 0 else None
+            if not chunk:  # nothing in time, or the stream ended
                 self.drop()
                 why = self.stderr_tail.strip()[-300:] or "it did not answer"
                 raise ServerUnavailable(f"no exec server in this container: {why}")
@@ -128,11 +136,7 @@ class ResidentExec:
         raw = self._raw
         if raw is None:
             return False
-        while select.select([raw], [], [], 0)[0]:
-            try:
-                chunk = raw.recv(1 << 16)
-            except OSError:
-                chunk = b""
+        while (chunk := _recv(raw, 0)) is not None:
             if not chunk:
                 self.drop()
                 return False
@@ -144,12 +148,7 @@ class ResidentExec:
         """Docker's stream frames: stream 1 is the protocol; stream 2 (the server's
         stderr, e.g. ``python3: not found``) is kept as the reason it failed."""
         self._pending += chunk
-        while len(self._pending) >= 8:
-            size = int.from_bytes(self._pending[4:8], "big")
-            if len(self._pending) < 8 + size:
-                return
-            stream, data = self._pending[0], bytes(self._pending[8 : 8 + size])
-            del self._pending[: 8 + size]
+        for stream, data in docker_frames(self._pending):
             if stream == 1:
                 self._out += data
             else:
@@ -219,12 +218,9 @@ class ResidentExec:
                     on_deadline()
                     on_deadline, deadline = None, time.perf_counter() + self.grace_s
                     continue
-                if not select.select([raw], [], [], left)[0]:
+                chunk = _recv(raw, left)
+                if chunk is None:
                     continue
-                try:
-                    chunk = raw.recv(1 << 16)
-                except OSError:
-                    chunk = b""
                 if not chunk:  # the server is gone: killed with (or by) the command
                     self.drop()
                     return res
