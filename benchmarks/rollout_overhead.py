@@ -6,7 +6,8 @@ bookkeeping, asyncio). Two runs in one process:
 
 * in-process: the scripted policy is called directly (no HTTP);
 * HTTP: the scripted server runs in a separate process, so the client pays the
-  real HTTP cost; the server's CPU is not counted.
+  real HTTP cost; the server's CPU is not counted, but printed as its share of the
+  wall time (below 1.0: the server was not the bottleneck).
 
 turns/s/core = turns / CPU seconds of this process. Target: ≥ 2,000.
 Run: ``python -m benchmarks.rollout_overhead [--episodes 1000 --turns 8]``.
@@ -100,6 +101,13 @@ def _start_server(vocab: int, eos: int) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("scripted server did not start")
 
 
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _http(url: str, tok: object, cfg: LoopConfig, episodes: int, turns: int) -> dict:
     from agentrl.inference.client import CompletionsClient
 
@@ -116,7 +124,9 @@ def run(episodes: int, turns: int) -> None:
     res = {"in-process": asyncio.run(_measure(loop, episodes, turns))}
     srv, url = _start_server(vocab, tok.eos_token_id)
     try:
+        server0 = _proc_cpu(srv.pid)
         res["http"] = asyncio.run(_http(url, tok, cfg, episodes, turns))
+        server_share = (_proc_cpu(srv.pid) - server0) / res["http"]["wall_s"]
     finally:
         srv.terminate()
         srv.wait(10)
@@ -131,6 +141,7 @@ def run(episodes: int, turns: int) -> None:
         )
     ratio = res["http"]["turns_per_s_per_core"] / res["in-process"]["turns_per_s_per_core"]
     print(f"  http / in-process turns per core: {ratio:.2f}")
+    print(f"  scripted server cpu/wall during the http run: {server_share:.2f}")
     for name, key in (("in-process", "inprocess"), ("http", "http")):
         tpc = res[name]["turns_per_s_per_core"]
         report(f"{key}_turns_per_s_per_core", tpc, target=2000, unit="turns/s/core")

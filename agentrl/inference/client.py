@@ -31,10 +31,10 @@ server said so (connect errors, 502/503/504), with backoff. A read timeout or a
 dropped connection mid-generation raises :class:`ServerUnavailable` at once; the
 Router decides whether to resend elsewhere.
 
-Transport: aiohttp, one keep-alive pool per client. httpx's pool scans its
-connections on every request, which cost ~6 ms of CPU per request at 1,000
-connections (``benchmarks/rollout_overhead.py``: 93 turns/s/core over HTTP vs 838
-with aiohttp, same run). The session is made on first use, in the running loop.
+Transport: :class:`~agentrl.inference.http1.Http1Pool`, one keep-alive pool per
+client, made on first use in the running loop. httpx's pool scans its connections
+on every request (~6 ms of CPU per request at 1,000 connections) and aiohttp's
+request machinery cost ~0.3 ms; see ``benchmarks/rollout_overhead.py``.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import aiohttp
-
+from agentrl.inference.http1 import ConnectFailed, Http1Pool, RequestFailed
 from agentrl.lifecycle import AsyncClosing
 from agentrl.llm import Generation, LLMError, SamplingParams
 
@@ -127,38 +126,30 @@ class CompletionsClient(AsyncClosing):
         self.connect_timeout_s = connect_timeout_s
         self.max_connections = max_connections
         self._version = weight_version or (lambda: 0)
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
-    def _http(self) -> aiohttp.ClientSession:
+    def _http(self) -> Http1Pool:
         if self._closed:
             raise ServerUnavailable(f"{self.base_url}: client is closed")
         loop = asyncio.get_running_loop()
-        s = self._session
-        if s is None or s.closed or self._loop is not loop:  # a new event loop: a new pool
+        pool = self._pool
+        if pool is None or self._loop is not loop:  # a new event loop: a new pool
             self._loop = loop
-            s = self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections, force_close=False),
-                # total: the whole request; sock_connect: the TCP connect; connect: also
-                # the wait for a free pooled connection (the "pool timeout").
-                timeout=aiohttp.ClientTimeout(
-                    total=self.timeout_s,
-                    connect=self.timeout_s,
-                    sock_connect=self.connect_timeout_s,
-                ),
-                cookie_jar=aiohttp.DummyCookieJar(),
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            pool = self._pool = Http1Pool(
+                self.base_url,
+                max_connections=self.max_connections,
+                connect_timeout_s=self.connect_timeout_s,
             )
-        return s
+        return pool
 
     async def close(self) -> None:
         """Closes the connection pool (idempotent)."""
         self._closed = True
-        s, self._session = self._session, None
-        if s is not None and not s.closed:
-            await s.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     async def generate(
         self,
@@ -237,23 +228,19 @@ class CompletionsClient(AsyncClosing):
         """
         url = f"{self.base_url}{path}"
         content = json.dumps(payload, separators=(",", ":")).encode()
-        headers = {"content-type": "application/json"}
         http = self._http()
-        # (aiohttp reads timeout=None as "no timeout": pass the session's default instead)
-        timeout = http.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
-                async with http.post(url, data=content, headers=headers, timeout=timeout) as r:
-                    status, raw = r.status, await r.read()
-            except aiohttp.ClientConnectorError as e:  # nothing was sent: safe to resend
+                status, raw = await http.post(path, content, timeout_s=timeout)
+            except ConnectFailed as e:  # nothing was sent: safe to resend
                 if last:
-                    raise ServerUnavailable(f"{url}: cannot connect: {e!r}") from e
-            except aiohttp.ConnectionTimeoutError as e:  # no connection within the timeout
-                if last:
-                    raise ServerUnavailable(f"{url}: cannot connect: {e!r}") from e
-            except (aiohttp.ClientError, TimeoutError) as e:  # read timeout, dropped connection
-                raise ServerUnavailable(f"{url}: request failed: {e!r}") from e
+                    raise ServerUnavailable(f"{url}: cannot connect: {e}") from e
+            except TimeoutError as e:  # sent, no whole answer in time
+                raise ServerUnavailable(f"{url}: no response within {timeout:g} s") from e
+            except RequestFailed as e:  # dropped connection, garbage
+                raise ServerUnavailable(f"{url}: request failed: {e}") from e
             else:
                 if status < 300:
                     try:
