@@ -22,7 +22,14 @@ starting weights into the attached server first, so every mode starts from the s
 model and the rewards at equal steps compare. The speedup is in trained tokens per
 second (equal tokens), beside the wall-time ratio at equal steps.
 
-Run: ``python -m benchmarks.async_real [--steps 12]`` (about 2 minutes per mode on 2 cores).
+The policy learns, so the modes' episodes drift apart (in one run sync's responses grew
+from ~30 to ~100 tokens after step 8 while the async modes' stayed near 30), and tokens
+per step differ by mode. ``--frozen`` trains with a learning rate of 1e-12 (Adam moves
+each weight by ~1e-12 per step): every mode then samples the same distribution, and the
+speedup measures the overlap alone; the rewards are then those of the starting model.
+
+Run: ``python -m benchmarks.async_real [--steps 12] [--frozen]`` (about 2 minutes per
+mode on 2 cores).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ async def run_mode(name: str, url: str, out: Path, a: argparse.Namespace) -> dic
             f"save_every={a.steps}",
             "wandb=disabled",
             *([f"trainer.cpus=[{a.trainer_cpus}]"] if a.trainer_cpus else []),
+            *(["trainer.optim.lr=1e-12"] if a.frozen else []),
         ],
     )
     t0 = time.monotonic()
@@ -110,6 +118,7 @@ async def main_async(a: argparse.Namespace) -> None:
         f"retool (tiny level), tiny default model, 1 vLLM-CPU server: {a.steps} steps x "
         f"{cfg.tasks_per_step} tasks x G={cfg.group_size}; CPUs server/trainer: "
         f"{a.server_cpus or 'all'}/{a.trainer_cpus or 'all'}"
+        + ("; frozen policy (lr 1e-12)" if a.frozen else "")
     )
     head = f"{'mode':13} {'wall s':>7} {'tok/s':>7} {'speedup':>8} {'steps':>6} {'gen':>5} "
     head += f"{'train':>5} "
@@ -136,6 +145,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--eval-tasks", type=int, default=64)
+    p.add_argument("--frozen", action="store_true", help="lr 1e-12: equal workloads, overlap alone")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     p.add_argument(
         "--pin", default="0:1" if len(os.sched_getaffinity(0)) >= 2 else "none",
