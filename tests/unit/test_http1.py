@@ -98,6 +98,18 @@ async def test_keep_alive_carries_every_request_on_one_connection():
     assert head.startswith("POST /x HTTP/1.1\r\n") and "Content-Type: application/json" in head
 
 
+def test_runs_on_uvloop():
+    # Ray's async actors run their event loop on uvloop, whose transports are not
+    # asyncio.Transport subclasses.
+    uvloop = pytest.importorskip("uvloop")  # installed with vLLM: present wherever it runs
+
+    async def main() -> list[tuple[int, bytes]]:
+        async with raw_server(echo) as srv, Http1Pool(srv.url) as pool:
+            return [await pool.post("/", b"%d" % i, timeout_s=5) for i in range(3)]
+
+    assert uvloop.run(main()) == [(200, b"0"), (200, b"1"), (200, b"2")]
+
+
 async def test_concurrent_requests_open_at_most_max_connections():
     async with raw_server(echo) as srv, Http1Pool(srv.url, max_connections=4) as pool:
         outs = await asyncio.gather(*(pool.post("/", b"%d" % i, timeout_s=5) for i in range(50)))
