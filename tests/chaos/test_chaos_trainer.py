@@ -18,6 +18,9 @@ from tests.chaos.harness import ChaosRecord, LeakWatch, TrainProc, account, metr
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(600)]
 
 STEPS = 3
+# Long enough an update (~4 s) that the kill, aimed at its middle, has ~2 s either side:
+# with 8 epochs (1.4 s) a fast step 3 sometimes finished before the kill.
+EPOCHS = 24
 
 
 @pytest.mark.parametrize("mode", ["sync", "fully_async"])
@@ -26,7 +29,7 @@ def test_trainer_sigkill_mid_update_then_resume(chaos_model, chaos_server, tmp_p
     watch = LeakWatch()
     args = overrides(
         chaos_model, chaos_server.url, tmp_path, "k", steps=STEPS,
-        **{"orchestration.mode": mode, "trainer.update.epochs": 8},
+        **{"orchestration.mode": mode, "trainer.update.epochs": EPOCHS},
     )  # fmt: skip
     run = TrainProc(args, tmp_path / "k", watch.case_id)
     watch.own(run.pid)
