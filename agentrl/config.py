@@ -166,6 +166,14 @@ class RolloutConfig(_Strict):
         "assistant text (Hermes format) for a template that drops them (e.g. plain ChatML); "
         "None: when the start-up check finds the template drops them.",
     )
+    cpus: list[int] = Field(
+        default_factory=list,
+        description="CPU ids the rollout side of the training process is pinned to: its "
+        "event loop (agent loops, envs, tool calls, clients) and the local sandboxes it "
+        "starts; the trainer then computes on a thread of its own pinned to trainer.cpus "
+        "(needed with this). On 2 cores: inference.cpus=[0] rollout.cpus=[0] "
+        "trainer.cpus=[1]. Empty: the rollout side shares trainer.cpus.",
+    )
     stages: list[StageConfig] = Field(
         default_factory=list,
         description="Generate each model turn as these stages, in order (multi-stage turns, "

@@ -17,7 +17,14 @@ from agentrl.config import RunConfig
 from agentrl.orchestration.ray_cluster import RayDeployment, connect
 from agentrl.orchestration.ray_config import RayConfig
 from agentrl.orchestration.run import RunResult, drive
-from agentrl.orchestration.startup import loop_config, preflight_env, prepare, server_config
+from agentrl.orchestration.startup import (
+    Prepared,
+    loop_config,
+    pin_run,
+    preflight_env,
+    prepare,
+    server_config,
+)
 
 __all__ = ["start_deployment", "train_on_ray"]
 
@@ -62,6 +69,19 @@ async def train_on_ray(
     """
     ray_cfg = ray_cfg or cfg.ray
     prep = prepare(cfg, resume, say)
+    with pin_run(cfg):  # the driver's thread (Ray's actors are placed by Ray, not pinned)
+        return await _train_prepared(prep, ray_cfg, resume, say, on_step, deployment)
+
+
+async def _train_prepared(
+    prep: Prepared,
+    ray_cfg: RayConfig,
+    resume: str | Path | None,
+    say: Callable[[str], None],
+    on_step: Callable[[int, dict[str, float]], None] | None,
+    deployment: RayDeployment | None,
+) -> RunResult:
+    cfg = prep.cfg
     await preflight_env(prep.env_cls, cfg.env_kwargs)
     owned = deployment is None
     shutdown = False

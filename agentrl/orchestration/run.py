@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentrl.config import RunConfig, load_config
+from agentrl.cpus import PinnedThread
 from agentrl.inference.weight_sync import PauseMode
 from agentrl.llm import LLMClient
 from agentrl.logging.early_stop import RunWatch
@@ -36,12 +37,14 @@ from agentrl.orchestration.startup import (
     ComponentError,
     Prepared,
     check_servers,
+    pin_run,
     preflight_env,
     prepare,
     server_config,
 )
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.orchestration.trainer_memory import preflight_trainer_memory
+from agentrl.orchestration.trainer_thread import ThreadedTrainer
 from agentrl.rewards import ScoredRunner
 from agentrl.rollout import AgentLoop, RolloutRunner
 from agentrl.trainer.checkpoint import CheckpointError, select_checkpoint
@@ -287,9 +290,21 @@ async def train(
         from agentrl.orchestration.ray_train import train_on_ray
 
         return await train_on_ray(cfg, cfg.ray, resume=resume, say=say, on_step=on_step)
+    prep = prepare(cfg, resume, say)
+    with pin_run(cfg):  # this thread and what it starts: the rollout side, until the end
+        return await _train_local(prep, resume=resume, say=say, on_step=on_step)
+
+
+async def _train_local(
+    prep: Prepared,
+    *,
+    resume: str | Path | None,
+    say: Callable[[str], None],
+    on_step: Callable[[int, dict[str, float]], None] | None,
+) -> RunResult:
     from agentrl.trainer import Trainer
 
-    prep = prepare(cfg, resume, say)
+    cfg = prep.cfg
     if cfg.trainer.loss.name == "dpo" and cfg.trainer.dpo.pairs:  # a bad file fails here
         from agentrl.trainer.pairs_file import PairsFileError, load_pairs_file
 
@@ -302,10 +317,17 @@ async def train(
     log_dir = str(prep.run.path / "logs")
     fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
     gateway = rm = None
+    # Every trainer call runs on one thread pinned to trainer.cpus (the event loop may be
+    # pinned elsewhere by rollout.cpus); built there too, so its torch state is that thread's.
+    thread = PinnedThread(cfg.trainer.cpus)
     try:
-        trainer = await asyncio.to_thread(
-            Trainer, cfg.trainer, prep.model_dir, max_seq_len=cfg.rollout.max_total_tokens
-        )
+        trainer = ThreadedTrainer(
+            await asyncio.to_thread(
+                thread.call,
+                Trainer, cfg.trainer, prep.model_dir, max_seq_len=cfg.rollout.max_total_tokens,
+            ),
+            thread,
+        )  # fmt: skip
         runner: GroupRunner
         if cfg.agent.solve:  # bring-your-own agent: episodes run through the gateway
             from agentrl.orchestration.agent_mode import make_agent_runner, open_gateway
@@ -347,6 +369,7 @@ async def train(
         if gateway is not None:
             await gateway.close()
         await fleet.close()
+        thread.close()
 
 
 async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:

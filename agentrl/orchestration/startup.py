@@ -7,6 +7,7 @@ env preflight (e.g. a sandbox) → inference servers reachable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import tempfile
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import RunConfig, dump_config
-from agentrl.cpus import check_cpus, pin_process
+from agentrl.cpus import check_cpus, pinned
 from agentrl.data import read_rows
 from agentrl.env import Env, call_maybe_async
 from agentrl.errors import TaskSpecError, UserError
@@ -211,8 +212,7 @@ def prepare(
             "inference.cpus pins the servers agentrl launches; with inference.urls, pin "
             "the servers where they are started (e.g. taskset -c)"
         )
-    check_cpus(cfg.inference.cpus, "inference.cpus")
-    pin_process(cfg.trainer.cpus, "trainer.cpus")
+    check_run_cpus(cfg)
 
     def env_factory() -> Env:
         return env_cls(**cfg.env_kwargs)
@@ -240,6 +240,34 @@ def prepare(
         cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg,
         checkpoint,
     )  # fmt: skip
+
+
+def check_run_cpus(cfg: RunConfig) -> None:
+    """Refuses CPU sets a run cannot apply (:func:`pin_run` applies them).
+
+    Raises:
+        UserError: A CPU this process may not use, or ``rollout.cpus`` without
+            ``trainer.cpus``.
+    """
+    check_cpus(cfg.inference.cpus, "inference.cpus")
+    check_cpus(cfg.trainer.cpus, "trainer.cpus")
+    check_cpus(cfg.rollout.cpus, "rollout.cpus")
+    if cfg.rollout.cpus and not cfg.trainer.cpus:
+        raise UserError(
+            "rollout.cpus moves the rollout side off the trainer's CPUs: set trainer.cpus "
+            "too (e.g. inference.cpus=[0] rollout.cpus=[0] trainer.cpus=[1])"
+        )
+
+
+def pin_run(cfg: RunConfig) -> contextlib.AbstractContextManager[None]:
+    """Pins this thread, the one that runs the event loop (the rollout side, and the
+    processes it starts), to ``rollout.cpus``, or to ``trainer.cpus`` without it, until the
+    ``with`` block ends. The trainer's own thread (run.py) pins itself to ``trainer.cpus``;
+    torch gets one thread per trainer CPU."""
+    check_run_cpus(cfg)
+    if cfg.rollout.cpus:
+        return pinned(cfg.rollout.cpus, "rollout.cpus", torch_threads=len(cfg.trainer.cpus))
+    return pinned(cfg.trainer.cpus, "trainer.cpus")
 
 
 class _NoLLM:

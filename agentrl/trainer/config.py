@@ -443,8 +443,9 @@ class TrainerConfig(_Section):
     dpo: DPOConfig = Field(default_factory=DPOConfig, description="DPO settings (loss.name='dpo').")
     cpus: list[int] = Field(
         default_factory=list,
-        description="CPU ids the training process (trainer, rollout driver, envs) is pinned "
-        "to, with one torch thread per CPU. Empty: not pinned.",
+        description="CPU ids the trainer computes on, with one torch thread per CPU; without "
+        "rollout.cpus the whole training process (rollout driver, envs) is pinned to them. "
+        "Empty: not pinned.",
     )
 
     @model_validator(mode="after")

@@ -111,6 +111,42 @@ def test_resume_continues_without_losing_or_repeating_tasks(
         assert seen == [{0, 1}, {2, 3}, {4, 5}]  # and none is skipped
 
 
+_PLACEMENT = """
+import asyncio, json, os, sys
+from agentrl.config import load_config
+from agentrl.orchestration.run import train
+from agentrl.trainer.trainer import Trainer
+
+seen = {"trainer": set(), "loop": set()}
+step = Trainer.step
+
+def spy(self, *a, **k):
+    seen["trainer"] |= os.sched_getaffinity(0)
+    return step(self, *a, **k)
+
+Trainer.step = spy
+cfg = load_config(None, sys.argv[1:])
+on_step = lambda _s, _m: seen["loop"].update(os.sched_getaffinity(0))
+result = asyncio.run(train(cfg, say=lambda _m: None, on_step=on_step))
+print(json.dumps({"steps": result.steps_done, **{k: sorted(v) for k, v in seen.items()}}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs (CI has 2)")
+def test_rollout_and_trainer_run_on_their_own_cpus(untrained_model_dir, server_url, tmp_path):
+    # fully_async: the event loop (rollout side) on CPU 0, every trainer step on CPU 1.
+    args = _overrides(
+        untrained_model_dir, server_url, tmp_path, steps=2, run_name="p",
+        **{"orchestration.mode": "fully_async", "rollout.cpus": "[0]", "trainer.cpus": "[1]"},
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PLACEMENT, *args], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    placed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert placed == {"steps": 2, "trainer": [1], "loop": [0]}
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "agentrl.cli", "train", *args]
 
