@@ -71,8 +71,11 @@ def test_qwen15b_shaped_model_trains_in_bf16_within_its_memory_plan(qwen15b_dir)
     wall = time.perf_counter() - t0
     assert math.isfinite(m["actor/grad_norm"]) and math.isfinite(m["loss/policy"])
     assert m["perf/peak_gpu_gb"] * 1e9 < avail
+    # MFU is reported for bf16 on a GPU of known peak (H100/H200/A100...), and is a fraction.
+    assert 0.0 < m["perf/mfu"] < 1.0, m.get("perf/mfu")
     print(
         f"qwen2.5-1.5b shape: budget {plan.token_budget}, ckpt {plan.gradient_checkpointing}, "
         f"estimated {plan.estimate.total / 1e9:.1f} GB, peak {m['perf/peak_gpu_gb']:.1f} GB, "
-        f"{16 * 1024 / wall:.0f} tokens/s"
+        f"{16 * 1024 / wall:.0f} tokens/s, MFU {m['perf/mfu']:.1%} "
+        f"({torch.cuda.get_device_name(0)})"
     )
