@@ -250,6 +250,14 @@ class OrchestrationConfig(_Strict):
         False, description="Drop groups whose rewards are all equal (DAPO), counted."
     )
     buffer_size: int = Field(64, ge=1, description="fully_async: most groups waiting to train.")
+    backfill: Literal["always", "while_training"] = Field(
+        "always",
+        description="fully_async: when newer groups may start. always: whenever the "
+        "staleness bound allows; while_training: only while the trainer updates, so a "
+        "trainer waiting for a batch gets the servers for that batch alone (its stragglers "
+        "decode in a smaller, faster batch: worth it where decode time grows with the batch, "
+        "as on CPU servers).",
+    )
 
 
 class EvalConfig(_Strict):

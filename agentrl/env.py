@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from agentrl.types import Action, Message, StepResult
@@ -74,6 +75,17 @@ class Env:
     def tools(self) -> Sequence[Any]:
         """Tools the model may call in this episode (``agentrl.tools.Tool`` objects)."""
         return ()
+
+    @classmethod
+    def run_resources(cls, **env_kwargs: Any) -> AbstractAsyncContextManager[Any] | None:
+        """Resources every episode of a run shares (e.g. a pool of warm sandboxes).
+
+        Returns None (the default: nothing shared) or an async context manager that a run
+        enters once before its first episode and exits when it ends, however it ends. What
+        it yields (a mapping, or None) is added to the keyword arguments of every env the
+        run makes.
+        """
+        return None
 
     def close(self) -> Awaitable[None] | None:
         """Releases the episode's resources; called once per episode, even after an error."""

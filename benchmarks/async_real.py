@@ -57,7 +57,13 @@ from benchmarks.report import report
 MODES = {
     "sync": ["orchestration.mode=sync"],
     "one_step_off": ["orchestration.mode=one_step_off"],
-    "fully_async": ["orchestration.mode=fully_async", "orchestration.partial_rollout=true"],
+    # While the trainer waits for a batch, nothing newer starts: on one server core a
+    # batch's stragglers decode faster alone than in a batch refilled with newer episodes.
+    "fully_async": [
+        "orchestration.mode=fully_async",
+        "orchestration.partial_rollout=true",
+        "orchestration.backfill=while_training",
+    ],
 }
 
 

@@ -298,9 +298,11 @@ class Driver:
 
         def allowed() -> bool:
             # At most (steps trained in this run + 1 + max_staleness) batches started:
-            # a group starts at most max_staleness versions before it is trained.
+            # a group starts at most max_staleness versions before it is trained. Without
+            # backfill, a waiting trainer's batch runs alone (nothing newer starts).
             trained = self.step - first
-            return started < (trained + 1 + cfg.max_staleness) * self.tasks_per_step
+            ahead = 1 + (cfg.max_staleness if self.training or cfg.backfill == "always" else 0)
+            return started < (trained + ahead) * self.tasks_per_step
 
         async def one(index: int, task: Any) -> None:
             group = await self._group(index, task)
@@ -334,6 +336,10 @@ class Driver:
                     kept += k
                     why += w
                 t_wait = time.perf_counter() - t0
+                self.training = True  # (as _train does) before newer groups may start
+                if cfg.backfill == "while_training":
+                    async with can_start:
+                        can_start.notify_all()
                 metrics, t_train = await self._train(kept)
                 times = {"wait_buffer": t_wait, "train": t_train}
                 done = self._commit(kept, used, metrics, why, times)

@@ -37,10 +37,12 @@ from agentrl.orchestration.startup import (
     ComponentError,
     Prepared,
     check_servers,
+    open_env_resources,
     pin_run,
     preflight_env,
     prepare,
     server_config,
+    with_env_resources,
 )
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.orchestration.trainer_memory import preflight_trainer_memory
@@ -314,8 +316,14 @@ async def _train_local(
             raise ComponentError(f"trainer.dpo.pairs: {e}") from e
     cfg, _ = preflight_trainer_memory(cfg, prep.model_dir, say)  # before any server starts
     await preflight_env(prep.env_cls, cfg.env_kwargs)
+    shared = contextlib.AsyncExitStack()  # the env's run-wide resources (e.g. sandbox pool)
+    prep = with_env_resources(prep, await open_env_resources(prep.env_cls, cfg.env_kwargs, shared))
     log_dir = str(prep.run.path / "logs")
-    fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
+    try:
+        fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
+    except BaseException:
+        await shared.aclose()
+        raise
     gateway = rm = None
     # Every trainer call runs on one thread pinned to trainer.cpus (the event loop may be
     # pinned elsewhere by rollout.cpus); built there too, so its torch state is that thread's.
@@ -368,8 +376,11 @@ async def _train_local(
             await rm.close()
         if gateway is not None:
             await gateway.close()
-        await fleet.close()
-        thread.close()
+        try:
+            await fleet.close()
+            thread.close()
+        finally:
+            await shared.aclose()
 
 
 async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:
@@ -411,11 +422,14 @@ async def evaluate_model(cfg: RunConfig, *, say: Callable[[str], None] = print) 
     """Serves ``cfg.model`` and evaluates it on the env's held-out tasks (``agentrl eval``)."""
     prep = prepare(cfg, None, say, keep_run=False)
     await preflight_env(prep.env_cls, cfg.env_kwargs)
-    fleet = await _open_fleet(prep, num_servers=1, log_dir=None)
-    try:
-        return await _evaluate(prep, fleet)
-    finally:
-        await fleet.close()
+    async with contextlib.AsyncExitStack() as shared:
+        extra = await open_env_resources(prep.env_cls, cfg.env_kwargs, shared)
+        prep = with_env_resources(prep, extra)
+        fleet = await _open_fleet(prep, num_servers=1, log_dir=None)
+        try:
+            return await _evaluate(prep, fleet)
+        finally:
+            await fleet.close()
 
 
 def train_from_cli(

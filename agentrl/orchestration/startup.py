@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import tempfile
 import time
@@ -167,6 +168,23 @@ async def preflight_env(env_cls: type[Env], kwargs: Mapping[str, Any]) -> None:
         raise ComponentError(f"env {env_cls.__name__} cannot start: {e}") from e
 
 
+async def open_env_resources(
+    env_cls: type[Env], kwargs: Mapping[str, Any], stack: contextlib.AsyncExitStack
+) -> dict[str, Any]:
+    """Enters the env class's ``run_resources(**env_kwargs)`` on ``stack`` (closed with it).
+
+    Returns the extra keyword arguments of every env of the run (empty when it shares none).
+    """
+    try:
+        opened = env_cls.run_resources(**kwargs)
+        extra = await stack.enter_async_context(opened) if opened is not None else None
+    except Exception as e:
+        raise ComponentError(
+            f"env {env_cls.__name__}: its shared resources cannot start: {e}"
+        ) from e
+    return dict(extra or {})
+
+
 @dataclass
 class Prepared:
     """What every run needs before its servers and trainer start."""
@@ -182,6 +200,14 @@ class Prepared:
     loop_config: LoopConfig
     checkpoint: Path | None = None
     """With ``--resume``: the checkpoint to continue from (checked at start-up)."""
+
+
+def with_env_resources(prep: Prepared, extra: Mapping[str, Any]) -> Prepared:
+    """``prep`` whose envs also get ``extra`` (the run's shared resources)."""
+    if not extra:
+        return prep
+    env_cls, kwargs = prep.env_cls, {**prep.cfg.env_kwargs, **extra}
+    return dataclasses.replace(prep, env_factory=lambda: env_cls(**kwargs))
 
 
 def prepare(

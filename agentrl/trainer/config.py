@@ -5,7 +5,7 @@ Every field says what it does; ``docs/trainer.md`` says where each algorithm com
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -222,6 +222,18 @@ class RolloutCorrectionConfig(_Section):
         default=False,
         description="Rescale IS weights to mean 1 over the batch (decoupled mode only).",
     )
+    old_logp: Literal["auto", "prepass"] = Field(
+        default="auto",
+        description="decoupled mode's π_old. auto: when the update is one pass (1 epoch of "
+        "1 mini-batch), π_old = sg(π_θ) from the update's own forward, which is exactly "
+        "π_old there, and the pre-pass forward is skipped, unless something needs π_old "
+        "before the update (in-reward KL, a value head without a critic, masks, veto, "
+        "batch_normalize, dropout); prepass: always recompute π_old before the update.",
+    )
+
+    def weight_args(self) -> dict[str, Any]:
+        """The keyword arguments of ``compute_correction`` (weights, masks, veto)."""
+        return self.model_dump(exclude={"mode", "old_logp"})
 
     @model_validator(mode="after")
     def _check(self) -> RolloutCorrectionConfig:

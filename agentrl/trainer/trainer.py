@@ -34,7 +34,7 @@ from agentrl.trainer.batch import (
 )
 from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.correction import compute_correction, offpolicy_diagnostics
-from agentrl.trainer.kl import AdaptiveKLController, FixedKLController
+from agentrl.trainer.kl import AdaptiveKLController, FixedKLController, kl_estimate
 from agentrl.trainer.losses import explained_variance
 from agentrl.trainer.memory import trainer_plan
 from agentrl.trainer.metrics import (
@@ -49,7 +49,7 @@ from agentrl.trainer.metrics import (
 from agentrl.trainer.networks import build_networks, build_optimizers
 from agentrl.trainer.shaping import shape_rewards
 from agentrl.trainer.sysmem import PeakMemory, return_freed_memory
-from agentrl.trainer.update import UpdateInputs, run_update
+from agentrl.trainer.update import UpdateInputs, old_logp_in_update, run_update
 from agentrl.types import Trajectory
 
 __all__ = ["NonFiniteError", "Trainer"]
@@ -238,6 +238,25 @@ class Trainer:
                 dist.all_reduce(t)  # each row was filled by exactly one worker
         return {k: v.cpu() for k, v in out.items()}
 
+    def _decoupled_correction(
+        self, old_logp: torch.Tensor, batch: Batch, metrics: dict[str, float]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """IS weights and keep mask from ρ = π_old/μ, with their metrics."""
+        mu, mask = batch.rollout_logp_BR, batch.mask_BR
+        corr = compute_correction(old_logp, mu, mask, **self.cfg.correction.weight_args())
+        metrics.update(correction_metrics(corr.metrics))
+        diag = offpolicy_diagnostics(old_logp, mu, mask)
+        metrics.update({f"offpolicy/{k}": v for k, v in diag.items()})
+        return corr.weights_BR, corr.keep_BR
+
+    def _ref_kl_old(
+        self, old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, m: dict
+    ) -> torch.Tensor:
+        """Per-token KL(π_old ‖ π_ref) estimate (masked); its mean is ``kl/ref_kl_old``."""
+        kl_BR = kl_estimate(old_logp, ref_logp, self.cfg.kl.estimator) * mask
+        m["kl/ref_kl_old"] = float(kl_BR.sum() / mask.sum().clamp(min=1))
+        return kl_BR
+
     # ----------------------------------------------------------------------------- step
 
     def count_step(
@@ -304,17 +323,17 @@ class Trainer:
             )
         mask = batch.mask_BR
         decoupled = cfg.correction.mode == "decoupled"
+        # One-pass update: π_old = sg(π_θ) of the update's forward, no pre-pass forward.
+        in_update = old_logp_in_update(self)
+        prepassed = decoupled and not in_update
         with timer("prepass"):
-            pre = self._prepass(batch, need_old=decoupled)
-        old_logp = pre["old_logp"] if decoupled else batch.rollout_logp_BR
+            pre = self._prepass(batch, need_old=prepassed)
+        old_logp = pre["old_logp"] if prepassed else batch.rollout_logp_BR
         values = pre["values"] if cfg.uses_critic else None
 
         rewards = batch.rewards_BR.clone()
-        if self.ref is not None:
-            from agentrl.trainer.kl import kl_estimate
-
-            kl_BR = kl_estimate(old_logp, pre["ref_logp"], cfg.kl.estimator) * mask
-            metrics["kl/ref_kl_old"] = float(kl_BR.sum() / mask.sum().clamp(min=1))
+        if self.ref is not None and not in_update:
+            kl_BR = self._ref_kl_old(old_logp, pre["ref_logp"], mask, metrics)
             if cfg.kl.placement == "reward":
                 # In-reward KL penalty r_t - β·KL_t (Ziegler et al. 2019 eq. 2;
                 # Ouyang et al. 2022 eq. 2).
@@ -335,28 +354,22 @@ class Trainer:
             ),
             a.whiten,
         )
-        c = cfg.correction
         weights = keep = None
-        if decoupled:
-            corr = compute_correction(
-                old_logp, batch.rollout_logp_BR, mask, is_level=c.is_level, is_cap=c.is_cap,
-                mask_level=c.mask_level, mask_low=c.mask_low, mask_high=c.mask_high,
-                veto_threshold=c.veto_threshold, batch_normalize=c.batch_normalize,
-            )  # fmt: skip
-            weights, keep = corr.weights_BR, corr.keep_BR
-            metrics.update(correction_metrics(corr.metrics))
-            metrics.update(
-                {
-                    f"offpolicy/{k}": v
-                    for k, v in offpolicy_diagnostics(old_logp, batch.rollout_logp_BR, mask).items()
-                }
-            )
+        if prepassed:
+            weights, keep = self._decoupled_correction(old_logp, batch, metrics)
         with timer("update"):
             acc, cur_logp = run_update(
                 self,
                 batch,
-                UpdateInputs(adv, ret, old_logp, pre["ref_logp"], pre["values"], weights, keep),
-            )
+                UpdateInputs(
+                    adv, ret, None if in_update else old_logp, pre["ref_logp"], pre["values"],
+                    weights, keep,
+                ),
+            )  # fmt: skip
+        if in_update:  # cur_logp is π_old: the numbers a pre-pass would have given
+            self._decoupled_correction(cur_logp, batch, metrics)
+            if self.ref is not None:
+                self._ref_kl_old(cur_logp, pre["ref_logp"], mask, metrics)
         acc.reduce()
         out = acc.result()
         if not decoupled:
@@ -378,7 +391,7 @@ class Trainer:
         metrics["kl/coef"] = self.kl_ctl.value
         metrics.update(
             batch_metrics(
-                batch, adv, ret, values, pre["entropy"] if decoupled else None, weight_version
+                batch, adv, ret, values, pre["entropy"] if prepassed else None, weight_version
             )
         )
         if values is not None:

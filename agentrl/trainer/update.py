@@ -24,20 +24,61 @@ from agentrl.trainer.metrics import Accumulator, dist_active
 if TYPE_CHECKING:
     from agentrl.trainer.trainer import Trainer
 
-__all__ = ["UpdateInputs", "run_update"]
+__all__ = ["UpdateInputs", "old_logp_in_update", "run_update"]
 
 
 @dataclass
 class UpdateInputs:
-    """Compact (B, R) tensors fixed for the whole step (CPU)."""
+    """Compact (B, R) tensors fixed for the whole step (CPU).
+
+    ``old_logp_BR`` None: π_old is sg(π_θ) of the update's own forward (see
+    :func:`old_logp_in_update`), and the decoupled IS weights are computed from it per
+    micro-batch.
+    """
 
     adv_BR: torch.Tensor
     ret_BR: torch.Tensor
-    old_logp_BR: torch.Tensor
+    old_logp_BR: torch.Tensor | None
     ref_logp_BR: torch.Tensor
     old_values_BR: torch.Tensor
     is_weights_BR: torch.Tensor | None
     keep_BR: torch.Tensor | None
+
+
+def _has_dropout(module: torch.nn.Module) -> bool:
+    """Whether the module is stochastic in train mode (then π_θ in training ≠ π_old in eval)."""
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in module.modules()):
+        return True
+    conf = getattr(getattr(module, "lm", module), "config", None)
+    fields = conf.to_dict() if conf is not None and hasattr(conf, "to_dict") else {}
+    return any(  # HF attention dropout is a config number, not a module
+        k.endswith(("dropout", "pdrop")) and not isinstance(v, bool) and isinstance(v, int | float)
+        and v > 0
+        for k, v in fields.items()
+    )  # fmt: skip
+
+
+def old_logp_in_update(trainer: Trainer) -> bool:
+    """Whether decoupled π_old can come from the update's own forward (no pre-pass).
+
+    With one epoch of one mini-batch, every micro-batch's forward runs on the weights the
+    step started with, so sg(π_θ) there *is* π_old (as verl does for its on-policy case):
+    the PPO ratio starts at 1 and the IS weights ρ = π_old/μ are the same numbers. Not
+    when something needs π_old before the update: the in-reward KL penalty, a value head
+    without a critic (its pre-pass forward gives π_old for free), episode masks or the veto
+    (they set the aggregation weights before the update), batch-normalized IS weights (a
+    whole-batch mean), or dropout (train-mode π_θ would differ from eval-mode π_old).
+    """
+    cfg = trainer.cfg
+    c = cfg.correction
+    return (
+        c.mode == "decoupled" and c.old_logp == "auto"
+        and cfg.update.epochs == 1 and cfg.update.mini_batches == 1
+        and not (trainer.ref is not None and cfg.kl.placement == "reward")
+        and not (trainer.critic is None and trainer.policy.value_head is not None)
+        and c.mask_level == "none" and c.veto_threshold is None and not c.batch_normalize
+        and not _has_dropout(trainer.policy)
+    )  # fmt: skip
 
 
 def _grad_norm(params: list[torch.Tensor], max_norm: float | None) -> float:
@@ -92,15 +133,13 @@ def run_update(trainer: Trainer, batch: Batch, x: UpdateInputs) -> tuple[Accumul
 
                 m_b, keep_b = sl(mask), sl(keep)
                 w_is = sl(x.is_weights_BR) if x.is_weights_BR is not None else torch.ones_like(m_b)
-                old_b = sl(x.old_logp_BR)
-                if c.mode == "bypass":
-                    corr = compute_correction(
-                        fo.logp_bR.detach(), sl(batch.rollout_logp_BR), m_b, is_level=c.is_level,
-                        is_cap=c.is_cap, mask_level=c.mask_level, mask_low=c.mask_low,
-                        mask_high=c.mask_high, veto_threshold=c.veto_threshold,
-                    )  # fmt: skip
+                # π_old: given, or sg(π_θ) of this very forward (one pass: the same numbers).
+                old_b = sl(x.old_logp_BR) if x.old_logp_BR is not None else fo.logp_bR.detach()
+                if c.mode == "bypass" or x.old_logp_BR is None:
+                    mu_b = sl(batch.rollout_logp_BR)
+                    corr = compute_correction(fo.logp_bR.detach(), mu_b, m_b, **c.weight_args())
                     w_is, keep_b = corr.weights_BR, corr.keep_BR
-                    if not dummy:
+                    if not dummy and c.mode == "bypass":
                         for name in ("masked_tokens", "rejected_seqs", "veto_seqs"):
                             if name in corr.metrics:
                                 den = corr.metrics["tokens" if name == "masked_tokens" else "seqs"]

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 # agentrl.builtin_tools is the repo's tools/ installed under that name; mypy sees tools/ as
@@ -173,6 +173,12 @@ class LazySandbox:
         return await self._call(lambda sb: sb.read_file(path))
 
 
+@contextlib.asynccontextmanager
+async def _local_pool(size: int) -> AsyncIterator[dict[str, Any]]:
+    async with SandboxPool(lambda: make_sandbox("local"), size) as pool:
+        yield {"sandbox_pool": pool}
+
+
 @register_env("retool")
 class RetoolEnv(Env):
     """ReTool-style math with a ``python`` tool.
@@ -180,6 +186,11 @@ class RetoolEnv(Env):
     Args:
         sandbox_factory: Makes the episode's (unstarted) Sandbox; default: a LocalSandbox.
         sandbox_pool: Lend the episode's sandbox from this pool instead.
+        sandbox_pool_size: With neither of the above, a training run lends the local
+            sandboxes of its episodes from one pool of this many warm ones (reset between
+            episodes: nothing of one reaches the next), which saves starting and stopping
+            one per episode (~27 ms of CPU each); 0: a fresh sandbox per episode. An
+            episode that finds every one lent waits for one.
         format_reward: Added for a well-formed ``\\boxed{}`` answer, right or wrong (0: off).
         system_prompt: Sent first unless the task's prompt has its own system message.
         code_timeout_s: Wall-clock limit of one code run (None: the sandbox's limit).
@@ -195,11 +206,14 @@ class RetoolEnv(Env):
         *,
         sandbox_factory: SandboxFactory | None = None,
         sandbox_pool: SandboxPool | None = None,
+        sandbox_pool_size: int = 64,
         format_reward: float = 0.0,
         system_prompt: str = SYSTEM_PROMPT,
         code_timeout_s: float | None = 10.0,
         worked_examples: int = 0,
     ) -> None:
+        if sandbox_pool_size < 0:
+            raise ValueError(f"sandbox_pool_size must be >= 0, got {sandbox_pool_size}")
         self._examples = worked_example_messages(worked_examples)
         self.format_reward = float(format_reward)
         self.system_prompt = system_prompt
@@ -213,6 +227,20 @@ class RetoolEnv(Env):
     def _new_sandbox(self) -> None:
         self.sandbox = LazySandbox(self._factory, pool=self._pool)
         self._python = PythonInterpreter(self.sandbox, timeout_s=self.code_timeout_s)
+
+    @classmethod
+    def run_resources(
+        cls,
+        *,
+        sandbox_factory: SandboxFactory | None = None,
+        sandbox_pool: SandboxPool | None = None,
+        sandbox_pool_size: int = 64,
+        **_: Any,
+    ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]] | None:
+        """The run's pool of warm local sandboxes (see ``sandbox_pool_size``)."""
+        if sandbox_factory is not None or sandbox_pool is not None or sandbox_pool_size < 1:
+            return None
+        return _local_pool(sandbox_pool_size)
 
     @classmethod
     async def preflight(cls, **kwargs: Any) -> None:

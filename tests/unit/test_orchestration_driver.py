@@ -156,3 +156,39 @@ async def test_stop_event_ends_after_the_current_step(tokenizer, mode):
         if out.step == 2:
             driver.stop.set()
     assert len(outs) == 2 and len(trainer.batches) == 2
+
+
+class SlowTrainer(RecordingTrainer):
+    """Takes 50 ms per step (in the driver's worker thread)."""
+
+    def step(self, trajectories):
+        import time
+
+        time.sleep(0.05)
+        return super().step(trajectories)
+
+
+@pytest.mark.parametrize("backfill", ["while_training", "always"])
+async def test_without_backfill_a_waiting_trainer_gets_its_batch_alone(tokenizer, backfill):
+    driver, _, _, _ = make(tokenizer, "fully_async", TASKS, max_staleness=1, backfill=backfill)
+    trainer = driver.trainer = SlowTrainer()
+    runner, starts = driver.runner, []
+
+    class Recording:
+        group_size = runner.group_size
+
+        async def run_group(self, task, *, index, seed=0, tag=""):
+            # (batch of this group, steps trained, trainer updating) when it starts
+            starts.append((index // 3, len(trainer.batches), driver.training))
+            return await runner.run_group(task, index=index, seed=seed, tag=tag)
+
+    driver.runner = Recording()
+    await _run(driver, 4)
+    # A group of a batch newer than the one the trainer waits for (batch = steps trained)
+    # started while the trainer was idle:
+    early = [(b, done) for b, done, busy in starts if not busy and b > done]
+    if backfill == "while_training":
+        assert early == []
+        assert any(busy for *_, busy in starts)  # newer batches started during updates
+    else:
+        assert (1, 0) in early  # batch 1 starts with batch 0, before any update

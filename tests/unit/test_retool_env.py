@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -235,3 +237,35 @@ async def test_broken_sandbox_is_reported_to_the_pool() -> None:
 def test_passes_env_checker(sandboxes: list[FakeSandbox]) -> None:
     check_env(make_env(sandboxes))
     check_env(make_env(sandboxes), TASK)
+
+
+def test_run_resources_only_without_a_given_sandbox_source() -> None:
+    assert RetoolEnv.run_resources(sandbox_pool_size=0) is None
+    assert RetoolEnv.run_resources(sandbox_factory=FakeSandbox) is None
+    assert RetoolEnv.run_resources(sandbox_pool=cast(Any, FakePool())) is None
+    with pytest.raises(ValueError, match="sandbox_pool_size"):
+        RetoolEnv(sandbox_pool_size=-1)
+
+
+@pytest.mark.skipif(
+    not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("unshare")),
+    reason="LocalSandbox needs root and util-linux unshare",
+)
+async def test_a_run_lends_warm_local_sandboxes_from_one_pool_and_closes_it() -> None:
+    """Two episodes in turn get the one warm sandbox (reset between them: the first's file
+    is gone); the pool's sandboxes are closed when the run's scope ends."""
+    scope = RetoolEnv.run_resources(sandbox_pool_size=1)
+    assert scope is not None
+    async with scope as extra:
+        pool = extra["sandbox_pool"]
+        printed = []
+        for code in ("open('/tmp/mark', 'w').write('x'); print('made')",
+                     "import os; print(os.path.exists('/tmp/mark'))"):  # fmt: skip
+            env = RetoolEnv(**extra)
+            printed.append((await env.sandbox.run_code(code)).stdout.strip())
+            await env.close()
+        await asyncio.sleep(0.5)  # the returned sandbox is reset in the background
+        m = pool.metrics
+        assert printed == ["made", "False"]  # nothing of the first episode reaches the second
+        assert (m["created"], m["acquired"], m["replaced"]) == (1, 2, 0)  # one sandbox, lent twice
+    assert pool.metrics["closed"] == 1
