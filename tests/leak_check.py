@@ -9,8 +9,9 @@ Ownership is exact, so a concurrent session's leftovers are never blamed on this
 - containers and volumes: those labelled with an owner this session registered through
   :mod:`agentrl.watchdog` (recorded in the session's ledger);
 - /dev/shm: the entries in the ledger (weight directories registered by agentrl, the
-  ``psm_*`` segments the vLLM reaper saw its servers map). New ``agentrl-*``/``psm_*``
-  entries nobody of ours recorded are listed as a note, not a failure.
+  ``psm_*`` segments and ``sem.mp-*`` semaphores the vLLM reaper saw its servers map).
+  New ``agentrl-*``/``psm_*``/``sem.mp-*`` entries nobody of ours recorded are listed as
+  a note, not a failure.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ _ENGINE = ("dockerd", "containerd", "docker-proxy", "runc")
 
 def _shm_entries() -> set[str]:
     try:
-        return {str(p) for p in _SHM.iterdir() if p.name.startswith(("agentrl-", "psm_"))}
+        prefixes = ("agentrl-", "psm_", "sem.mp-")
+        return {str(p) for p in _SHM.iterdir() if p.name.startswith(prefixes)}
     except OSError:
         return set()
 

@@ -8,8 +8,10 @@ command exits, the reaper sends SIGTERM to the group, waits a grace period, then
 SIGKILLs whatever is left. Its exit status is the command's.
 
 While the group runs, the reaper notes the Python shared-memory segments (``psm_*`` in
-``/dev/shm``: vLLM's message queues) its members map or hold open; those still there once
-the group is dead (a member SIGKILLed before it could unlink them) are removed.
+``/dev/shm``: vLLM's message queues) and multiprocessing semaphores (``sem.mp-*``: vLLM's
+workers make them in a spawn context, and only its resource tracker, killed with the
+group, would unlink them) its members map or hold open; those still there once the group
+is dead (a member SIGKILLed before it could unlink them) are removed.
 """
 
 from __future__ import annotations
@@ -81,9 +83,11 @@ def shm_in_use(pids: list[int]) -> set[str]:
 
 
 def _group_owned(path: str) -> bool:
-    """Python shared memory (``psm_*``, vLLM's message queues): made by the group itself.
-    Others (NCCL's, a trainer's) may belong to a process outside it and are left alone."""
-    return os.path.basename(path).startswith("psm_")
+    """Python shared memory (``psm_*``, vLLM's message queues) and multiprocessing
+    semaphores (``sem.mp-*``; only processes the creator spawned open them): made by the
+    group itself. Others (NCCL's, a trainer's) may belong to a process outside it and are
+    left alone."""
+    return os.path.basename(path).startswith(("psm_", "sem.mp-"))
 
 
 class _ShmTracker:

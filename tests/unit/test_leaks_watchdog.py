@@ -128,12 +128,14 @@ SHM_MAKER = textwrap.dedent(
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system")
-def test_the_reaper_removes_shared_memory_a_killed_server_left() -> None:
-    """A server SIGKILLed (as the OOM killer would) leaves its psm_ segment: the reaper
-    that outlives it removes it."""
+@pytest.mark.parametrize("prefix", ["psm_", "sem.mp-"])
+def test_the_reaper_removes_shared_memory_a_killed_server_left(prefix: str) -> None:
+    """A server SIGKILLed (as the OOM killer would) leaves its psm_ segment, and its
+    workers' multiprocessing semaphores (sem.mp-*): the reaper that outlives it removes
+    them."""
     from agentrl.inference.reaper import kill_members
 
-    seg = f"/dev/shm/psm_agentrl_test_{uuid.uuid4().hex[:8]}"
+    seg = f"/dev/shm/{prefix}agentrl_test_{uuid.uuid4().hex[:8]}"
     reaper = subprocess.Popen(
         [sys.executable, "-m", "agentrl.inference.reaper", "--parent", str(os.getpid()),
          "--grace", "2", "--", sys.executable, "-c", SHM_MAKER, seg],
