@@ -33,6 +33,8 @@ class SandboxPool:
         max_uses: Replace a sandbox after this many episodes (``None``: never).
         acquire_timeout_s: How long ``acquire`` waits for a free sandbox before raising
             ``TimeoutError`` (``None``: forever).
+        prestart: How many sandboxes ``start`` starts (``None``: ``size``); below ``size``,
+            an ``acquire`` that finds none idle starts one more instead of waiting.
     """
 
     def __init__(
@@ -42,11 +44,16 @@ class SandboxPool:
         *,
         max_uses: int | None = None,
         acquire_timeout_s: float | None = 300.0,
+        prestart: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be >= 1, got {size}")
+        if prestart is not None and not 0 <= prestart <= size:
+            raise ValueError(f"prestart must be in [0, size={size}], got {prestart}")
         self._factory = factory
         self.size = size
+        self._prestart = size if prestart is None else prestart
+        self._growing = 0  # sandboxes an acquire is starting (counted against size)
         self._max_uses = max_uses
         self._acquire_timeout_s = acquire_timeout_s
         self._idle: asyncio.Queue[Sandbox] = asyncio.Queue()
@@ -62,24 +69,21 @@ class SandboxPool:
         self._closed = False
 
     async def start(self) -> None:
-        """Starts ``size`` sandboxes concurrently; raises if any cannot start."""
+        """Starts ``prestart`` sandboxes concurrently; raises if any cannot start."""
         async with self._start_lock:
             if self._closed:
                 raise SandboxError("pool is closed")
             if self._started:
                 return
-            results = await asyncio.gather(
-                *(self._new() for _ in range(self.size)), return_exceptions=True
-            )
+            n = self._prestart
+            results = await asyncio.gather(*(self._new() for _ in range(n)), return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
             for r in results:
                 if not isinstance(r, BaseException):
                     self._idle.put_nowait(r)
             if errors:
                 await self._close_idle()
-                raise SandboxError(f"{len(errors)}/{self.size} sandboxes failed to start") from (
-                    errors[0]
-                )
+                raise SandboxError(f"{len(errors)}/{n} sandboxes failed to start") from errors[0]
             self._started = True
 
     async def _new(self) -> Sandbox:
@@ -101,7 +105,14 @@ class SandboxPool:
         """Lends a warm sandbox for the body of the ``async with``."""
         await self.start()
         t0 = time.perf_counter()
-        sb = await asyncio.wait_for(self._idle.get(), self._acquire_timeout_s)
+        if self._idle.empty() and len(self._owned) + self._growing < self.size:
+            self._growing += 1  # room left: one more instead of waiting for a return
+            try:
+                sb = await self._new()
+            finally:
+                self._growing -= 1
+        else:
+            sb = await asyncio.wait_for(self._idle.get(), self._acquire_timeout_s)
         if self._closed:  # woke up to a sandbox that close() raced with
             await self._retire(sb)
             raise SandboxError("pool is closed")

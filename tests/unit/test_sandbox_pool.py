@@ -115,6 +115,24 @@ async def test_bounds_concurrency_to_size() -> None:
         assert peak == 2 and pool.metrics["acquired"] == 6 and pool.metrics["created"] == 2
 
 
+async def test_a_pool_without_prestart_grows_on_demand_up_to_its_size() -> None:
+    async with SandboxPool(FakeSandbox, size=2, prestart=0) as pool:
+        assert pool.metrics["created"] == 0  # nothing started before an episode needs one
+        async with pool.acquire() as a:
+            assert a.alive and pool.metrics["created"] == 1
+            async with pool.acquire() as b:  # none idle, room left: a second one
+                assert b is not a and pool.metrics["created"] == 2
+                cm = pool.acquire()
+                third = asyncio.ensure_future(cm.__aenter__())
+                await asyncio.sleep(0.05)
+                assert not third.done()  # at size: waits for a return
+        assert await asyncio.wait_for(third, 5) in (a, b)
+        await cm.__aexit__(None, None, None)
+        assert pool.metrics["created"] == 2 and pool.metrics["acquired"] == 3
+    with pytest.raises(ValueError, match="prestart"):
+        SandboxPool(FakeSandbox, size=2, prestart=3)
+
+
 async def test_replaces_a_sandbox_that_raised_or_failed_reset_or_died() -> None:
     async with SandboxPool(lambda: FakeSandbox(fail_reset=len(FakeSandbox.made) == 1), 1) as pool:
         with pytest.raises(SandboxError):
