@@ -316,19 +316,19 @@ async def _train_local(
             raise ComponentError(f"trainer.dpo.pairs: {e}") from e
     cfg, _ = preflight_trainer_memory(cfg, prep.model_dir, say)  # before any server starts
     await preflight_env(prep.env_cls, cfg.env_kwargs)
-    shared = contextlib.AsyncExitStack()  # the env's run-wide resources (e.g. sandbox pool)
-    prep = with_env_resources(prep, await open_env_resources(prep.env_cls, cfg.env_kwargs, shared))
-    log_dir = str(prep.run.path / "logs")
-    try:
+    async with contextlib.AsyncExitStack() as stack:  # closed in reverse, however it ends
+        # The env's run-wide resources (e.g. a sandbox pool) first: closed last.
+        prep = with_env_resources(
+            prep, await open_env_resources(prep.env_cls, cfg.env_kwargs, stack)
+        )
+        log_dir = str(prep.run.path / "logs")
+        # Every trainer call runs on one thread pinned to trainer.cpus (the event loop may be
+        # pinned elsewhere by rollout.cpus); built there too, so its torch state is that
+        # thread's. Closed after the fleet, once its current call returns.
+        thread = PinnedThread(cfg.trainer.cpus)
+        stack.callback(thread.close)
         fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
-    except BaseException:
-        await shared.aclose()
-        raise
-    gateway = rm = None
-    # Every trainer call runs on one thread pinned to trainer.cpus (the event loop may be
-    # pinned elsewhere by rollout.cpus); built there too, so its torch state is that thread's.
-    thread = PinnedThread(cfg.trainer.cpus)
-    try:
+        stack.push_async_callback(fleet.close)
         trainer = ThreadedTrainer(
             await asyncio.to_thread(
                 thread.call,
@@ -341,6 +341,7 @@ async def _train_local(
             from agentrl.orchestration.agent_mode import make_agent_runner, open_gateway
 
             gateway = await open_gateway(cfg, fleet, prep.tokenizer)
+            stack.push_async_callback(gateway.close)
             runner = make_agent_runner(cfg, gateway, group_size=cfg.rollout.group_size)
         else:
             runner = RolloutRunner(
@@ -351,6 +352,7 @@ async def _train_local(
             )
         if cfg.reward.model:  # a reward model scores each group (its server dies with the run)
             rm = await open_reward_model(cfg, prep.tokenizer, log_dir)
+            stack.push_async_callback(rm.close)
             runner = ScoredRunner(runner, rm.scorer)
 
         async def push(weights: dict[str, Any], mode: PauseMode) -> int:
@@ -371,16 +373,6 @@ async def _train_local(
             on_step=on_step,
             initial_push=load_start if cfg.inference.urls else None,
         )
-    finally:
-        if rm is not None:
-            await rm.close()
-        if gateway is not None:
-            await gateway.close()
-        try:
-            await fleet.close()
-            thread.close()
-        finally:
-            await shared.aclose()
 
 
 async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:

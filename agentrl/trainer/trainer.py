@@ -250,7 +250,11 @@ class Trainer:
         return corr.weights_BR, corr.keep_BR
 
     def _ref_kl_old(
-        self, old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, m: dict
+        self,
+        old_logp: torch.Tensor,
+        ref_logp: torch.Tensor,
+        mask: torch.Tensor,
+        m: dict[str, float],
     ) -> torch.Tensor:
         """Per-token KL(π_old ‖ π_ref) estimate (masked); its mean is ``kl/ref_kl_old``."""
         kl_BR = kl_estimate(old_logp, ref_logp, self.cfg.kl.estimator) * mask
