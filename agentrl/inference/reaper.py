@@ -65,21 +65,28 @@ def kill_members(pgid: int) -> None:
 
 
 def shm_in_use(pids: list[int]) -> set[str]:
-    """The ``/dev/shm`` entries the processes ``pids`` map or hold open."""
-    found: set[str] = set()
+    """The ``/dev/shm`` entries the processes ``pids`` map or hold open.
+
+    Matched by inode, not by the name in ``/proc/PID/maps``: glibc makes a POSIX semaphore
+    under a temporary name, maps it, then links it to its own name (``sem.mp-*``) and
+    removes the temporary one, so its maker's mapping reads ``sem.XXXXXX (deleted)``.
+    """
+    inodes: set[int] = set()
     for pid in pids:
         with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
             for line in f:
-                i = line.find(_SHM)
-                if i >= 0:
-                    found.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+                if _SHM in line:  # address perms offset dev inode path
+                    inodes.add(int(line.split()[4]))
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith(_SHM):
-                        found.add(target.removesuffix(" (deleted)"))
-    return {p for p in found if "/" not in p[len(_SHM) :]}
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(_SHM):
+                        inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+    if not inodes:
+        return set()
+    with contextlib.suppress(OSError), os.scandir(_SHM) as entries:
+        return {e.path for e in entries if e.is_file(follow_symlinks=False) and e.inode() in inodes}
+    return set()
 
 
 def _group_owned(path: str) -> bool:

@@ -121,29 +121,46 @@ SHM_MAKER = textwrap.dedent(
     fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
     os.ftruncate(fd, 4096)
     m = mmap.mmap(fd, 4096)
-    print("ready", flush=True)
+    print("ready", sys.argv[1], flush=True)
+    time.sleep(600)
+    """
+)
+# As vLLM's workers make them: a spawn-context lock is a POSIX semaphore (sem.mp-*) that
+# glibc maps under a temporary name before linking it to its own, and that only the
+# maker's resource tracker (killed with the group) would unlink.
+SEM_MAKER = textwrap.dedent(
+    """
+    import multiprocessing, sys, time
+    lock = multiprocessing.get_context("spawn").Lock()
+    print("ready", "/dev/shm/sem." + lock._semlock.name.lstrip("/"), flush=True)
     time.sleep(600)
     """
 )
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system")
-@pytest.mark.parametrize("prefix", ["psm_", "sem.mp-"])
-def test_the_reaper_removes_shared_memory_a_killed_server_left(prefix: str) -> None:
+@pytest.mark.parametrize("kind", ["psm_", "sem.mp-", "semaphore"])
+def test_the_reaper_removes_shared_memory_a_killed_server_left(kind: str) -> None:
     """A server SIGKILLed (as the OOM killer would) leaves its psm_ segment, and its
     workers' multiprocessing semaphores (sem.mp-*): the reaper that outlives it removes
     them."""
     from agentrl.inference.reaper import kill_members
 
-    seg = f"/dev/shm/{prefix}agentrl_test_{uuid.uuid4().hex[:8]}"
+    maker = (
+        [SEM_MAKER]
+        if kind == "semaphore"
+        else [SHM_MAKER, f"/dev/shm/{kind}agentrl_test_{uuid.uuid4().hex[:8]}"]
+    )
     reaper = subprocess.Popen(
         [sys.executable, "-m", "agentrl.inference.reaper", "--parent", str(os.getpid()),
-         "--grace", "2", "--", sys.executable, "-c", SHM_MAKER, seg],
+         "--grace", "2", "--", sys.executable, "-c", *maker],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
+    seg = ""
     try:
-        assert reaper.stdout is not None and reaper.stdout.readline().strip() == "ready"
-        assert os.path.exists(seg)
+        assert reaper.stdout is not None
+        ready, seg = reaper.stdout.readline().split()
+        assert ready == "ready" and os.path.exists(seg)
         time.sleep(2.5)  # one scan of the group's mappings
         kill_members(reaper.pid)
         reaper.wait(20)
@@ -151,7 +168,7 @@ def test_the_reaper_removes_shared_memory_a_killed_server_left(prefix: str) -> N
     finally:
         if reaper.poll() is None:
             os.killpg(reaper.pid, signal.SIGKILL)
-        if os.path.exists(seg):
+        if seg and os.path.exists(seg):
             os.unlink(seg)
 
 
