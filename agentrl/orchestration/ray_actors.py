@@ -132,22 +132,51 @@ class RolloutWorker:
         from agentrl.inference.router import Router
         from agentrl.rollout import AgentLoop, RolloutRunner
 
-        env_cls = resolve_env(env_spec)
-        kwargs = dict(env_kwargs)
+        self._env_cls = resolve_env(env_spec)
+        self._env_kwargs = dict(env_kwargs)
+        self._shared: dict[str, Any] = {}  # what the env's run_resources yielded
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.router = Router(
             list(urls), api="generate", client_kwargs={"timeout_s": request_timeout_s}
         )
         self.runner = RolloutRunner(
             AgentLoop(self.router, tokenizer, loop_config),
-            lambda: env_cls(**kwargs),
+            self._make_env,
             group_size=group_size,
             max_concurrency=max_concurrency,
         )
         self.health_interval_s = health_interval_s
         self.groups_done = 0
         self._health: asyncio.Task[None] | None = None
+        self._resources = contextlib.AsyncExitStack()
+        self._start_lock = asyncio.Lock()
+        self._started = False
         self._closed = False
+
+    def _make_env(self) -> Any:
+        return self._env_cls(**self._env_kwargs, **self._shared)
+
+    async def start(self) -> None:
+        """Opens the env's run resources and the health loop once (:meth:`run_group` calls it).
+
+        Each worker enters ``env_cls.run_resources(**env_kwargs)`` itself (e.g. a pool of
+        warm sandboxes on its own node) and exits it in :meth:`close`.
+
+        Raises:
+            ComponentError: The env's shared resources cannot start (named in the message).
+        """
+        from agentrl.orchestration.startup import open_env_resources
+
+        async with self._start_lock:
+            if self._closed:
+                raise RuntimeError("this rollout worker is closed")
+            if self._started:
+                return
+            self._shared = await open_env_resources(
+                self._env_cls, self._env_kwargs, self._resources
+            )
+            self._health = asyncio.create_task(self._health_loop())
+            self._started = True
 
     async def _health_loop(self) -> None:
         import httpx
@@ -166,8 +195,7 @@ class RolloutWorker:
         self, task: Mapping[str, Any], index: int, seed: int | None, tag: str
     ) -> list[Trajectory]:
         """Runs the G episodes of one task; see :meth:`RolloutRunner.run_group`."""
-        if self._health is None:
-            self._health = asyncio.create_task(self._health_loop())
+        await self.start()
         group = await self.runner.run_group(task, index=index, seed=seed, tag=tag)
         self.groups_done += 1
         return group
@@ -177,15 +205,19 @@ class RolloutWorker:
         return {"node_id": node_id(), "groups_done": self.groups_done, **self.router.metrics()}
 
     async def close(self) -> None:
-        """Stops the health loop and closes the HTTP clients (idempotent)."""
+        """Stops the health loop, the HTTP clients and the env's run resources (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        if self._health is not None:
-            self._health.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health
-        await self.router.close()
+        async with self._start_lock:  # a start in progress finishes first, then is undone
+            if self._health is not None:
+                self._health.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._health
+            try:
+                await self.router.close()
+            finally:
+                await self._resources.aclose()
 
 
 class TrainerWorker:

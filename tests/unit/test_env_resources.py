@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -63,3 +64,36 @@ async def test_envs_share_nothing_by_default() -> None:
 
     async with contextlib.AsyncExitStack() as stack:
         assert await open_env_resources(Plain, {}, stack) == {}
+
+
+async def test_a_ray_rollout_worker_opens_its_resources_once_and_closes_them(
+    tokenizer: Any, tmp_path: Any
+) -> None:
+    from agentrl.orchestration.ray_actors import RolloutWorker
+    from agentrl.rollout import LoopConfig
+
+    EVENTS.clear()
+    tokenizer.save_pretrained(tmp_path)
+    spec = f"{Shared.__module__}:Shared"
+
+    def worker(level: int) -> RolloutWorker:  # the plain class a Ray actor wraps
+        return RolloutWorker(
+            ["http://127.0.0.1:9"], str(tmp_path), spec, {"level": level}, LoopConfig(),
+            group_size=2, max_concurrency=2,
+        )  # fmt: skip
+
+    w = worker(3)
+    await asyncio.gather(w.start(), w.start())
+    assert EVENTS == ["open {'level': 3}"]
+    env = cast(Shared, w.runner.env_factory())
+    assert (env.level, env.shared) == (3, "the-pool")
+    await w.close()
+    await w.close()
+    assert EVENTS == ["open {'level': 3}", "close"]
+    with pytest.raises(RuntimeError, match="closed"):
+        await w.start()
+
+    bad = worker(99)
+    with pytest.raises(ComponentError, match=r"env Shared: .*no room for the pool"):
+        await bad.run_group({"prompt": "x"}, index=0, seed=0, tag="i0")
+    await bad.close()
