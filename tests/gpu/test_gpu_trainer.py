@@ -62,7 +62,8 @@ def test_qwen15b_shaped_model_trains_in_bf16_within_its_memory_plan(qwen15b_dir)
     avail = available_bytes("cuda:0")
     trainer = Trainer(cfg, str(qwen15b_dir), device="cuda:0", max_seq_len=1024)
     plan = trainer.memory_plan
-    assert plan.token_budget >= 1024 and plan.logprob_chunk == 128
+    # GPU: chunks of 2% of the memory (≤ 1 GiB of logits), not the CPU's 128 MiB.
+    assert plan.token_budget >= 1024 and plan.logprob_chunk >= 512
     trajs = random_episodes(16, 1024, vocab=QWEN15B_SHAPE["vocab_size"])
     trainer.step(trajs[:2])  # AdamW moments are created in the first step
     torch.cuda.synchronize()

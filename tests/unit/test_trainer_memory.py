@@ -17,6 +17,7 @@ from agentrl.trainer.memory import (
     MemoryPlanError,
     ModelShape,
     auto_chunk,
+    chunk_target_bytes,
     estimate_step,
     model_shape,
     plan_memory,
@@ -72,6 +73,17 @@ def test_auto_chunk_bounds_logits_to_128_mib() -> None:
     assert auto_chunk(49152) == 512  # SmolLM2: 512 × 49152 × 4 B = 96 MiB
     assert auto_chunk(151936) == 128  # Qwen2.5: the floor (74 MiB)
     assert auto_chunk(128) == 4096  # tiny vocab: the ceiling
+
+
+def test_chunk_target_grows_with_gpu_memory_only() -> None:
+    gib = 2**30
+    assert chunk_target_bytes("cpu", 80 * gib) == 128 * 2**20
+    assert chunk_target_bytes("cuda", 80 * gib) == gib  # 2% is 1.6 GiB: capped
+    assert chunk_target_bytes("cuda", 20 * gib) == pytest.approx(0.4 * gib)
+    # Qwen2.5's 151,936-token vocabulary: 1 GiB / 607,744 B = 1,766 rows -> 1,024;
+    # 0.4 GiB -> 706 rows -> 512.
+    assert auto_chunk(151936, chunk_target_bytes("cuda", 80 * gib)) == 1024
+    assert auto_chunk(151936, chunk_target_bytes("cuda", 20 * gib)) == 512
 
 
 def _cfg(**kw: object) -> TrainerConfig:
