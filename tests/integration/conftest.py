@@ -47,6 +47,9 @@ def server_config(untrained_model_dir: Path, tmp_path_factory: pytest.TempPathFa
         kv_cache_gib=1,
         startup_timeout_s=420,
         log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
+        # No torch.compile warm-up (as the chaos suite): each start and restart is about a
+        # minute shorter. Runs that launch their own servers keep the compiled default.
+        extra_args=("--enforce-eager",),
     )
 
 

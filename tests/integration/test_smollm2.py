@@ -62,6 +62,9 @@ def server_url(smollm2_dir, tmp_path_factory) -> Iterator[str]:
             kv_cache_gib=1,
             startup_timeout_s=600,
             log_dir=str(tmp_path_factory.mktemp("smollm2-logs")),
+            # No torch.compile warm-up: measured here, the start took 47 s instead of
+            # 140 s, and 8 concurrent 200-token samples ran at 47 tok/s instead of 53.
+            extra_args=("--enforce-eager",),
         )
     )
     asyncio.run(server.start())
