@@ -10,7 +10,10 @@ run the second step's episodes on version 1 and return the step metrics.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +28,33 @@ HERE = Path(__file__).resolve()
 
 
 class LengthEnv(Env):
-    """One turn; the reward depends on the reply's length, so a group's rewards differ."""
+    """One turn; the reward depends on the reply's length, so a group's rewards differ.
+
+    Its run resources stand for a per-worker pool: opened in the process that runs the
+    episodes (its pid reaches every env and each trajectory's metrics), and marked in
+    ``marks`` when closed.
+    """
 
     max_turns = 1
+
+    def __init__(self, *, marks: str = "", pool_pid: int = 0) -> None:
+        self.pool_pid = pool_pid
+
+    @classmethod
+    def run_resources(cls, **kw: Any) -> contextlib.AbstractAsyncContextManager[Any] | None:
+        @contextlib.asynccontextmanager
+        async def pool() -> AsyncIterator[dict[str, Any]]:
+            yield {"pool_pid": os.getpid()}
+            (Path(kw["marks"]) / f"closed-{os.getpid()}").touch()
+
+        return pool()
 
     def reset(self, task: dict[str, Any], *, seed: int | None = None) -> list[Message]:
         return [Message.user(f"Say something about {task['topic']}.")]
 
     def step(self, action: Any) -> StepResult:
-        return StepResult(reward=(len(action.text) % 7) / 6.0, terminated=True)
+        reward = (len(action.text) % 7) / 6.0
+        return StepResult(reward=reward, terminated=True, metrics={"pool_pid": self.pool_pid})
 
     @staticmethod
     def default_tasks(split: str = "train", n: int = 8, seed: int = 0) -> list[dict[str, Any]]:
@@ -90,6 +111,7 @@ async def test_short_training_across_three_nodes(
 
     cfg = RunConfig(
         env=f"{HERE}:LengthEnv",
+        env_kwargs={"marks": str(tmp_path)},
         steps=2,
         save_every=1,
         output_dir=str(tmp_path),
@@ -146,6 +168,8 @@ async def test_short_training_across_three_nodes(
             v for t in second for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
         }
         assert versions == {1}, versions
+        first = read_trajectories(result.run_dir / "trajectories" / "step_000001.parquet")
+        pools = {int(t.metrics["pool_pid"]) for t in [*first, *second]}
         info = await dep.info()
         assert info["replicas"][0]["node_id"] == node_a
         assert [w["node_id"] for w in info["rollout_workers"]] == [node_b, node_b]
@@ -155,3 +179,9 @@ async def test_short_training_across_three_nodes(
         assert any((result.run_dir / "checkpoints").iterdir())
     finally:
         await dep.close()
+    # Each rollout worker opened the env's run resources in its own process (not the
+    # driver), gave them to every env it made, and closed them when the deployment closed.
+    assert len(pools) == 2 and os.getpid() not in pools and 0 not in pools, pools
+    assert {n for n in os.listdir(tmp_path) if n.startswith("closed-")} == {
+        f"closed-{p}" for p in pools
+    }
