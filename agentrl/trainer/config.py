@@ -353,7 +353,7 @@ class UpdateConfig(_Section):
         description="Tokens per chunk of the lm-head/log-softmax computation. auto: the "
         "power of two (128..4096) whose fp32 (chunk × vocab) logits take at most 128 MiB on "
         "CPU (512 for a 49k vocabulary, 128 for 152k), and on GPU 2% of the worker's memory, "
-        "at most 1 GiB (1,024 for 152k on an 80 GB GPU).",
+        "at most 1 GiB and 1,024 tokens (1,024 for 152k on an 80 GB GPU).",
     )
 
 

@@ -17,7 +17,7 @@ from agentrl.trainer.memory import (
     MemoryPlanError,
     ModelShape,
     auto_chunk,
-    chunk_target_bytes,
+    device_chunk,
     estimate_step,
     model_shape,
     plan_memory,
@@ -75,15 +75,17 @@ def test_auto_chunk_bounds_logits_to_128_mib() -> None:
     assert auto_chunk(128) == 4096  # tiny vocab: the ceiling
 
 
-def test_chunk_target_grows_with_gpu_memory_only() -> None:
+def test_gpu_chunks_grow_with_memory_up_to_1024_tokens() -> None:
     gib = 2**30
-    assert chunk_target_bytes("cpu", 80 * gib) == 128 * 2**20
-    assert chunk_target_bytes("cuda", 80 * gib) == gib  # 2% is 1.6 GiB: capped
-    assert chunk_target_bytes("cuda", 20 * gib) == pytest.approx(0.4 * gib)
-    # Qwen2.5's 151,936-token vocabulary: 1 GiB / 607,744 B = 1,766 rows -> 1,024;
-    # 0.4 GiB -> 706 rows -> 512.
-    assert auto_chunk(151936, chunk_target_bytes("cuda", 80 * gib)) == 1024
-    assert auto_chunk(151936, chunk_target_bytes("cuda", 20 * gib)) == 512
+    assert device_chunk(151936, "cpu", 80 * gib) == 128  # CPU: 128 MiB, as before
+    assert device_chunk(49152, "cpu", 80 * gib) == 512
+    # GPU, 80 GiB: 2% is 1.6 GiB, capped at 1 GiB; 1 GiB / (151,936 × 4 B) = 1,766 -> 1,024.
+    assert device_chunk(151936, "cuda", 80 * gib) == 1024
+    # 20 GiB: 0.4 GiB / 607,744 B = 706 -> 512.
+    assert device_chunk(151936, "cuda", 20 * gib) == 512
+    # 49k vocab: 1 GiB would allow 5,461 -> 4,096, but a GPU chunk is at most 1,024.
+    assert device_chunk(49152, "cuda", 80 * gib) == 1024
+    assert device_chunk(128, "cuda", 80 * gib) == 1024
 
 
 def _cfg(**kw: object) -> TrainerConfig:
