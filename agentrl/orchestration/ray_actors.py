@@ -150,7 +150,6 @@ class RolloutWorker:
         self._health: asyncio.Task[None] | None = None
         self._resources = contextlib.AsyncExitStack()
         self._start_lock = asyncio.Lock()
-        self._started = False
         self._closed = False
 
     def _make_env(self) -> Any:
@@ -170,13 +169,12 @@ class RolloutWorker:
         async with self._start_lock:
             if self._closed:
                 raise RuntimeError("this rollout worker is closed")
-            if self._started:
+            if self._health is not None:  # started
                 return
             self._shared = await open_env_resources(
                 self._env_cls, self._env_kwargs, self._resources
             )
             self._health = asyncio.create_task(self._health_loop())
-            self._started = True
 
     async def _health_loop(self) -> None:
         import httpx
