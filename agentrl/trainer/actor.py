@@ -164,14 +164,30 @@ class PolicyModule(nn.Module):
         attention_mask: torch.Tensor | None,
         sel_N: torch.Tensor,
         targets_N: torch.Tensor,
+        prefix_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         lm = cast(Any, self.lm)
         base = getattr(lm, lm.base_model_prefix)
+        past = None
+        if prefix_ids is not None:
+            # A prompt shared by every row runs once; its keys and values, repeated per
+            # row, are the rows' cache (gradients reach the prefix through them).
+            P = prefix_ids.shape[1]
+            pos = torch.arange(P, device=prefix_ids.device)[None]
+            past = base(input_ids=prefix_ids, position_ids=pos, use_cache=True).past_key_values
+            if past is None:
+                raise ValueError(
+                    f"{type(lm).__name__} returned no key/value cache for a shared prefix; "
+                    "set trainer.update.share_prefix=false"
+                )
+            past.batch_repeat_interleave(input_ids.shape[0])
         out = base(
             input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=attention_mask,
-            use_cache=False,  # a cache would disable HF's packed-sequence masking
+            past_key_values=past,
+            # Without a prefix no cache: one would disable HF's packed-sequence masking.
+            use_cache=past is not None,
         )
         hidden = out.last_hidden_state
         h_NH = hidden.reshape(-1, hidden.shape[-1]).index_select(0, sel_N)
@@ -201,7 +217,7 @@ def run_micro_batch(
     use_autocast = autocast_dtype != torch.float32
     with torch.autocast(dev.type, dtype=autocast_dtype, enabled=use_autocast):
         logp_N, ent_N, val_N = module(
-            mb.input_ids, mb.position_ids, mb.attention_mask, mb.sel_N, mb.targets_N
+            mb.input_ids, mb.position_ids, mb.attention_mask, mb.sel_N, mb.targets_N, mb.prefix_ids
         )
     return ForwardOut(
         to_compact(logp_N.float(), mask_bR),

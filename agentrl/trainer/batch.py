@@ -30,6 +30,7 @@ __all__ = [
     "make_micro_batch",
     "partition_balanced",
     "plan_micro_batches",
+    "shared_prefix_len",
 ]
 
 
@@ -251,6 +252,10 @@ class MicroBatch:
         targets_N: The model tokens they predict.
         R: Compact columns of these rows (their most model tokens).
         num_tokens: Real (unpadded) tokens.
+        prefix_ids: (1, P) tokens that begin every row, run once for all rows (see
+            :func:`shared_prefix_len`); ``input_ids`` then holds the rows after them,
+            ``position_ids`` start at P, ``attention_mask`` is (b, P + L) and ``sel_N``
+            indexes the hidden states after the prefix. None: no shared prefix.
     """
 
     rows: list[int]
@@ -261,9 +266,11 @@ class MicroBatch:
     targets_N: torch.Tensor
     R: int
     num_tokens: int
+    prefix_ids: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> MicroBatch:
         am = self.attention_mask.to(device) if self.attention_mask is not None else None
+        pre = self.prefix_ids.to(device) if self.prefix_ids is not None else None
         return MicroBatch(
             self.rows,
             self.input_ids.to(device),
@@ -273,11 +280,40 @@ class MicroBatch:
             self.targets_N.to(device),
             self.R,
             self.num_tokens,
+            pre,
         )
 
 
-def make_micro_batch(batch: Batch, rows: Sequence[int], packing: bool) -> MicroBatch:
-    """Builds model inputs for ``rows`` (packed into one row, or right-padded)."""
+MIN_SHARED_TOKENS = 64
+"""Fewest prompt tokens a shared prefix must save (its length × (rows - 1)) to be split off."""
+
+
+def shared_prefix_len(batch: Batch, rows: Sequence[int]) -> int:
+    """Length P of the prompt that begins every row, ending before any scored position.
+
+    Every row's tokens ``0..P-1`` are equal, and P is at most the first model token's
+    position minus one, so that every hidden state that scores a model token (position
+    ``p - 1``) lies after the prefix. 0 for one row or for ``per_turn`` rows.
+    """
+    if len(rows) < 2 or batch.positions is not None:
+        return 0
+    cap = min(int(batch.pos_BR[r, 0]) - 1 for r in rows)
+    if cap <= 0:
+        return 0
+    head_bN = torch.stack([batch.ids[r][:cap] for r in rows])
+    same_N = (head_bN == head_bN[:1]).all(0)
+    return cap if bool(same_N.all()) else int(same_N.long().argmin())
+
+
+def make_micro_batch(
+    batch: Batch, rows: Sequence[int], packing: bool, share_prefix: bool = False
+) -> MicroBatch:
+    """Builds model inputs for ``rows`` (packed into one row, or right-padded).
+
+    With ``share_prefix`` (padded rows only), a prompt that begins every row
+    (:func:`shared_prefix_len`, when it saves at least ``MIN_SHARED_TOKENS``) goes to
+    ``prefix_ids``, to be run once for the micro-batch instead of once per row.
+    """
     rows = list(rows)
     n_B = batch.mask_BR[rows].sum(-1).long()
     R = max(int(n_B.max()), 1)
@@ -316,6 +352,21 @@ def make_micro_batch(batch: Batch, rows: Sequence[int], packing: bool) -> MicroB
                 position_ids[i, :n] = batch.positions[r]
                 position_ids[i, n:] = torch.arange(L - n)
             attn = None
+        P = shared_prefix_len(batch, rows) if share_prefix and attn is not None else 0
+        if P * (len(rows) - 1) >= MIN_SHARED_TOKENS:
+            # The rows after the prefix; the mask still covers it (the cache's positions).
+            sel = [s - i * P for i, s in enumerate(sel)]  # row i: i * (L - P) + p - 1 - P
+            return MicroBatch(
+                rows=rows,
+                input_ids=ids[:, P:].contiguous(),
+                position_ids=position_ids[:, P:].contiguous(),
+                attention_mask=attn,
+                sel_N=torch.cat(sel).long() - P,
+                targets_N=torch.cat(tgt).long(),
+                R=R,
+                num_tokens=int(batch.lengths_B[rows].sum()),
+                prefix_ids=ids[:1, :P].clone(),
+            )
     return MicroBatch(
         rows=rows,
         input_ids=ids,

@@ -348,6 +348,14 @@ class UpdateConfig(_Section):
         "needs varlen attention to avoid cross-episode attention FLOPs); False: length-sorted "
         "padded rows (cost rows × longest). None = pack iff attention is flash_attention_2.",
     )
+    share_prefix: bool | None = Field(
+        default=None,
+        description="Padded micro-batches: a prompt that begins every row (a system prompt, "
+        "tool schemas, a group's task) runs once per micro-batch, its keys and values shared "
+        "by the rows, instead of once per row; same numbers, fewer FLOPs. None = on where "
+        "supported: padded rows (no packing), no gradient checkpointing, one unsharded "
+        "worker, every layer full attention; True where unsupported is an error.",
+    )
     logprob_chunk: Literal["auto"] | _PositiveInt = Field(
         default="auto",
         description="Tokens per chunk of the lm-head/log-softmax computation. auto: the "

@@ -34,6 +34,7 @@ class Networks:
         critic: A separate critic, or None.
         source_dir: The policy's source directory (tokenizer files for exports), if any.
         packing: Whether micro-batches pack several episodes into one row.
+        share_prefix: Whether a prompt shared by a micro-batch's rows runs once.
     """
 
     policy: PolicyModule
@@ -41,6 +42,7 @@ class Networks:
     critic: PolicyModule | None
     source_dir: Path | None
     packing: bool
+    share_prefix: bool
 
 
 @dataclass
@@ -70,6 +72,34 @@ def lr_lambda(cfg: TrainerConfig) -> Callable[[int], float]:
         return o.min_lr_ratio + (1.0 - o.min_lr_ratio) * decay
 
     return f
+
+
+def _share_prefix(
+    config: TrainerConfig, lm: nn.Module, *, packing: bool, checkpointing: bool, sharded: bool
+) -> bool:
+    """Whether micro-batches run a shared prompt once (``update.share_prefix``).
+
+    Raises:
+        ValueError: ``share_prefix=True`` where it is not supported (the reason named).
+    """
+    layer_types = getattr(cast(Any, lm).config, "layer_types", None) or ["full_attention"]
+    why = [
+        reason
+        for reason, bad in (
+            ("packed micro-batches (update.packing)", packing),
+            ("gradient checkpointing (HF drops the cache under it)", checkpointing),
+            ("FSDP-sharded workers", sharded),
+            (
+                f"layers other than full attention ({sorted(set(layer_types))})",
+                any(t != "full_attention" for t in layer_types),
+            ),
+        )
+        if bad
+    ]
+    want = config.update.share_prefix
+    if want and why:
+        raise ValueError(f"trainer.update.share_prefix=true is not supported with {why[0]}")
+    return not why if want is None else want
 
 
 def build_networks(
@@ -137,13 +167,17 @@ def build_networks(
             temperature=a.temperature,
             need_logp=False,
         ).to(device)
-    if world > 1 or (a.fsdp == "always" and dist.is_initialized()):
+    sharded = world > 1 or (a.fsdp == "always" and dist.is_initialized())
+    if sharded:
         from agentrl.trainer.distributed import shard_module
 
         for mod in (policy, ref, critic):
             if mod is not None:
                 shard_module(mod)
-    return Networks(policy, ref, critic, source_dir, packing)
+    share = _share_prefix(
+        config, lm, packing=packing, checkpointing=gradient_checkpointing, sharded=sharded
+    )
+    return Networks(policy, ref, critic, source_dir, packing, share)
 
 
 def build_optimizers(

@@ -125,6 +125,7 @@ class Trainer:
         )
         self.policy, self.ref, self.critic = nets.policy, nets.ref, nets.critic
         self.source_dir, self.packing = nets.source_dir, nets.packing
+        self.share_prefix = nets.share_prefix
         opts = build_optimizers(config, self.policy, self.critic)
         self.optimizer, self.scheduler = opts.optimizer, opts.scheduler
         self.critic_optimizer = opts.critic_optimizer
@@ -199,7 +200,7 @@ class Trainer:
     def forward(self, module: nn.Module, batch: Batch, rows: Sequence[int]) -> ForwardOut:
         """Runs ``module`` on ``rows`` (an empty list runs row 0 as a collective-matching dummy)."""
         rws = list(rows) or [0]
-        mb = make_micro_batch(batch, rws, self.packing).to(self.device)
+        mb = make_micro_batch(batch, rws, self.packing, self.share_prefix).to(self.device)
         mask_bR = batch.mask_BR[rws, : mb.R].to(self.device)
         return run_micro_batch(module, mb, mask_bR, self.compute_dtype)
 
