@@ -6,9 +6,10 @@ output; ~19k tokens, 12% of them the model's) is trained by two Trainers of the 
 model in one process, ``update.share_prefix`` on and off, alternating per round; the
 ratio is tokens per CPU-second (one torch thread: the figure other jobs on a shared
 machine disturb least). The model has the tiny default model's shape (Qwen2, hidden 128,
-4 layers, vocabulary 3,072), with random weights.
+4 layers, vocabulary 3,072), with random weights; ``--model DIR`` trains a real one
+instead (e.g. SmolLM2-135M: ``agentrl model get smollm2-135m`` prints its directory).
 
-    python -m benchmarks.trainer_shared_prefix [--rounds 3]
+    python -m benchmarks.trainer_shared_prefix [--rounds 3] [--model DIR]
 """
 
 from __future__ import annotations
@@ -44,17 +45,19 @@ def make_model() -> torch.nn.Module:
     return Qwen2ForCausalLM(cfg)
 
 
-def retool_batch(seed: int, common: int = 241, groups: int = 8, size: int = 8) -> list[Trajectory]:
+def retool_batch(
+    seed: int, vocab: int = VOCAB, common: int = 241, groups: int = 8, size: int = 8
+) -> list[Trajectory]:
     """Episodes shaped like retool's: shared prompt, task, answer, tool output, answer."""
-    r = random.Random(seed)
-    head = [random.Random(0).randrange(VOCAB) for _ in range(common)]
+    r, r0 = random.Random(seed), random.Random(0)
+    head = [r0.randrange(vocab) for _ in range(common)]
     out = []
     for g in range(groups):
-        prompt = head + [r.randrange(VOCAB) for _ in range(19)]
+        prompt = head + [r.randrange(vocab) for _ in range(19)]
         for i in range(size):
-            turn1 = [r.randrange(VOCAB) for _ in range(r.randint(15, 35))]
-            tool = [r.randrange(VOCAB) for _ in range(10)]
-            turn2 = [r.randrange(VOCAB) for _ in range(r.randint(5, 15))]
+            turn1 = [r.randrange(vocab) for _ in range(r.randint(15, 35))]
+            tool = [r.randrange(vocab) for _ in range(10)]
+            turn2 = [r.randrange(vocab) for _ in range(r.randint(5, 15))]
             mask = [0] * len(prompt) + [1] * len(turn1) + [0] * len(tool) + [1] * len(turn2)
             out.append(
                 Trajectory(
@@ -75,14 +78,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", help="a HF model directory (default: random, tiny shape)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model = make_model()
+    model = args.model or make_model()
     trainers = {
         share: Trainer(TrainerConfig(update={"share_prefix": share}), model, max_seq_len=1024)
         for share in (False, True)
     }
-    first = retool_batch(0)
+    vocab = int(trainers[True].policy.lm.config.vocab_size)
+    print(f"model: {args.model or 'random, tiny shape'}; {trainers[True].memory_plan}")
+    first = retool_batch(0, vocab)
     n = sum(len(t) for t in first)
     print(
         f"batch: {len(first)} episodes, {n} tokens, {sum(t.num_model_tokens for t in first)} model"
@@ -91,7 +97,7 @@ def main() -> None:
         t.step(first)
     best: dict[bool, float] = {}
     for r in range(args.rounds):
-        batch = retool_batch(r + 1)
+        batch = retool_batch(r + 1, vocab)
         n = sum(len(t) for t in batch)
         for share, t in trainers.items():
             w0, c0 = time.perf_counter(), time.process_time()
