@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DockerUnavailableError", "TaskSpecError", "UserError"]
+__all__ = ["DockerUnavailableError", "TaskSpecError", "TrainerSetupError", "UserError"]
 
 
 class UserError(Exception):
@@ -19,3 +19,7 @@ class TaskSpecError(UserError, ValueError):
 class DockerUnavailableError(UserError, RuntimeError):
     """No Docker engine answers (or the ``docker`` package is missing); the message says
     how to start one."""
+
+
+class TrainerSetupError(UserError, ValueError):
+    """A trainer setting that the model or the other settings rule out (named, with why)."""

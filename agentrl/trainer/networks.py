@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from agentrl.errors import TrainerSetupError
 from agentrl.trainer.actor import PolicyModule, load_causal_lm
 from agentrl.trainer.config import TrainerConfig
 
@@ -80,7 +81,7 @@ def _share_prefix(
     """Whether micro-batches run a shared prompt once (``update.share_prefix``).
 
     Raises:
-        ValueError: ``share_prefix=True`` where it is not supported (the reason named).
+        TrainerSetupError: ``share_prefix=True`` where it is not supported (the reason named).
     """
     layer_types = getattr(cast(Any, lm).config, "layer_types", None) or ["full_attention"]
     why = [
@@ -98,7 +99,10 @@ def _share_prefix(
     ]
     want = config.update.share_prefix
     if want and why:
-        raise ValueError(f"trainer.update.share_prefix=true is not supported with {why[0]}")
+        raise TrainerSetupError(
+            f"trainer.update.share_prefix=true is not supported with {why[0]}; "
+            "leave it unset (on where supported) or set it to false"
+        )
     return not why if want is None else want
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentrl.cli_errors import is_user_error
+from agentrl.errors import TrainerSetupError
 from agentrl.trainer import Trainer, TrainerConfig
 from agentrl.trainer.actor import PolicyModule, run_micro_batch
 from agentrl.trainer.batch import Batch, build_batch, make_micro_batch, shared_prefix_len
@@ -115,8 +117,12 @@ def test_trainer_step_is_the_same_update_with_fewer_tokens_through_the_model() -
 
 def test_share_prefix_true_where_unsupported_names_the_reason() -> None:
     cfg = TrainerConfig(update={"share_prefix": True, "packing": True})
-    with pytest.raises(ValueError, match=r"share_prefix=true .* packed micro-batches"):
+    with pytest.raises(TrainerSetupError, match=r"share_prefix=true .* packed micro-batches"):
         Trainer(cfg, tiny_lm())
+    assert is_user_error(TrainerSetupError("x"))  # `agentrl train` prints it as one line
+    ckpt = TrainerConfig(update={"share_prefix": True}, actor={"gradient_checkpointing": True})
+    with pytest.raises(TrainerSetupError, match="gradient checkpointing"):
+        Trainer(ckpt, tiny_lm())
     auto = Trainer(TrainerConfig(update={"packing": True}), tiny_lm())
     assert not auto.share_prefix  # auto: off where unsupported, no error
     off = Trainer(TrainerConfig(update={"share_prefix": False}), tiny_lm())
