@@ -185,6 +185,8 @@ async def test_trainer_and_server_logprobs_agree_and_a_weight_mismatch_is_caught
 
     # lr ~0: the step's logprobs are the base model's (they are taken before the update).
     trainer = Trainer(TrainerConfig.model_validate({"optim": {"lr": 1e-12}}), smollm2_dir)
+    # The worked examples are a prompt every episode shares: run once per micro-batch.
+    assert trainer.share_prefix
     same = await _sample_and_score(server_url, trainer, tokenizer)
     print(
         f"parity: mean |Δ| {same['offpolicy/logp_absdiff_mean']:.2e}, "
