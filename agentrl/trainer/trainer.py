@@ -126,6 +126,8 @@ class Trainer:
         self.policy, self.ref, self.critic = nets.policy, nets.ref, nets.critic
         self.source_dir, self.packing = nets.source_dir, nets.packing
         self.share_prefix = nets.share_prefix
+        self.shared_prefix_tokens = 0
+        """Token positions the current step's forwards did not run (``share_prefix``)."""
         opts = build_optimizers(config, self.policy, self.critic)
         self.optimizer, self.scheduler = opts.optimizer, opts.scheduler
         self.critic_optimizer = opts.critic_optimizer
@@ -201,6 +203,8 @@ class Trainer:
         """Runs ``module`` on ``rows`` (an empty list runs row 0 as a collective-matching dummy)."""
         rws = list(rows) or [0]
         mb = make_micro_batch(batch, rws, self.packing, self.share_prefix).to(self.device)
+        if mb.prefix_ids is not None:  # positions the shared prefix spared the other rows
+            self.shared_prefix_tokens += mb.prefix_ids.shape[1] * (len(rws) - 1)
         mask_bR = batch.mask_BR[rws, : mb.R].to(self.device)
         return run_micro_batch(module, mb, mask_bR, self.compute_dtype)
 
@@ -300,6 +304,7 @@ class Trainer:
             ValueError: A trajectory whose fields disagree (named), or a bad batch.
             NonFiniteError: NaN/inf in a loss or the gradients (the update is not applied).
         """
+        self.shared_prefix_tokens = 0
         if self.cfg.loss.name == "dpo":  # preference pairs instead of advantages
             from agentrl.trainer.dpo import dpo_step
 
@@ -410,6 +415,7 @@ class Trainer:
             util = mfu(metrics["perf/tokens_per_s"], fpt, torch.cuda.get_device_name(self.device))
             if util is not None:  # tokens/s is the whole group's; the peak is per GPU
                 metrics["perf/mfu"] = util / self.world
+        metrics["perf/shared_prefix_tokens"] = float(self.shared_prefix_tokens)
         metrics["memory/token_budget"] = float(self.token_budget)
         metrics["memory/estimated_peak_gb"] = self.memory_plan.estimate.total / 1e9
         metrics["step"] = float(self.global_step)

@@ -111,8 +111,11 @@ def test_trainer_step_is_the_same_update_with_fewer_tokens_through_the_model() -
     assert m_alt["offpolicy/logp_absdiff_mean"] == pytest.approx(
         m_ref["offpolicy/logp_absdiff_mean"], rel=1e-5
     )
-    # 16 rows × 43 prompt tokens each, against the prefix once per micro-batch.
-    assert seen["alt"] < seen["ref"] - 10 * 40
+    # Per micro-batch of b padded rows, the prefix of P tokens ran once instead of b times:
+    # (b - 1) * P fewer positions through the embedding, as the step reports.
+    assert m_alt["perf/shared_prefix_tokens"] == seen["ref"] - seen["alt"]
+    assert m_alt["perf/shared_prefix_tokens"] >= 15 * 40  # 16 rows share at least 40 tokens
+    assert m_ref["perf/shared_prefix_tokens"] == 0
 
 
 def test_share_prefix_true_where_unsupported_names_the_reason() -> None:
