@@ -352,21 +352,13 @@ def make_micro_batch(
                 position_ids[i, :n] = batch.positions[r]
                 position_ids[i, n:] = torch.arange(L - n)
             attn = None
-        P = shared_prefix_len(batch, rows) if share_prefix and attn is not None else 0
-        if P * (len(rows) - 1) >= MIN_SHARED_TOKENS:
-            # The rows after the prefix; the mask still covers it (the cache's positions).
-            sel = [s - i * P for i, s in enumerate(sel)]  # row i: i * (L - P) + p - 1 - P
-            return MicroBatch(
-                rows=rows,
-                input_ids=ids[:, P:].contiguous(),
-                position_ids=position_ids[:, P:].contiguous(),
-                attention_mask=attn,
-                sel_N=torch.cat(sel).long() - P,
-                targets_N=torch.cat(tgt).long(),
-                R=R,
-                num_tokens=int(batch.lengths_B[rows].sum()),
-                prefix_ids=ids[:1, :P].clone(),
-            )
+    P = shared_prefix_len(batch, rows) if share_prefix and attn is not None else 0
+    prefix = None
+    if P * (len(rows) - 1) >= MIN_SHARED_TOKENS:
+        # The rows after the prefix; the mask still covers it (the cache's positions).
+        prefix = ids[:1, :P].clone()
+        ids, position_ids = ids[:, P:].contiguous(), position_ids[:, P:].contiguous()
+        sel = [s - (i + 1) * P for i, s in enumerate(sel)]  # row i: i * (L - P) + p - 1 - P
     return MicroBatch(
         rows=rows,
         input_ids=ids,
@@ -376,4 +368,5 @@ def make_micro_batch(
         targets_N=torch.cat(tgt).long(),
         R=R,
         num_tokens=int(batch.lengths_B[rows].sum()),
+        prefix_ids=prefix,
     )
