@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from agentrl.errors import TrainerSetupError
 from agentrl.trainer.batch import MicroBatch
 from agentrl.trainer.config import ActorConfig
 
@@ -176,7 +177,7 @@ class PolicyModule(nn.Module):
             pos = torch.arange(P, device=prefix_ids.device)[None]
             past = base(input_ids=prefix_ids, position_ids=pos, use_cache=True).past_key_values
             if past is None:
-                raise ValueError(
+                raise TrainerSetupError(
                     f"{type(lm).__name__} returned no key/value cache for a shared prefix; "
                     "set trainer.update.share_prefix=false"
                 )
