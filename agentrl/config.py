@@ -258,6 +258,13 @@ class OrchestrationConfig(_Strict):
         "decode in a smaller, faster batch: worth it where decode time grows with the batch, "
         "as on CPU servers).",
     )
+    overlap_push: bool = Field(
+        True,
+        description="fully_async: the trainer snapshots its weights and trains on the next "
+        "batch while the servers load them (the push no longer stalls the trainer; holds one "
+        "extra CPU copy of the weights until the servers have them). A group still starts "
+        "only within max_staleness of the weights the servers hold.",
+    )
 
 
 class EvalConfig(_Strict):

@@ -8,7 +8,10 @@
   may not start a group more than ``max_staleness`` weight versions ahead of the
   trainer. With ``partial_rollout`` a weight sync freezes in-flight requests
   (pause mode ``keep``) and they continue on the new weights; every token records
-  the version that produced it.
+  the version that produced it. With ``overlap_push`` the trainer snapshots its
+  weights and trains on the next batch while the servers load them (AReaL's
+  decoupled weight update); a group still starts only within ``max_staleness`` of
+  the weights the servers hold.
 
 Nothing is dropped silently: every discarded episode or group is counted with
 its reason in the step's metrics (``discard/<reason>``).
@@ -143,6 +146,8 @@ class Driver:
         self.unreported: StepOutput | None = None
         """A step trained and committed whose weight push has not finished (see _commit)."""
         self._min_group = 2 if runner.group_size > 1 else 1
+        self._background: asyncio.Task[float] | None = None
+        """fully_async with ``overlap_push``: the last step's push, still running."""
 
     # ------------------------------------------------------------------ shared pieces
 
@@ -191,6 +196,48 @@ class Driver:
         self.version = await self.sync_weights(weights, mode)
         return time.perf_counter() - t0
 
+    async def _start_push(
+        self, mode: PauseMode, pushed: Callable[[], Awaitable[None]]
+    ) -> tuple[float, float]:
+        """Snapshots the weights and pushes them in the background (``overlap_push``).
+
+        Waits for the previous background push first (one push at a time; its failure
+        is raised here). ``pushed`` runs once the servers hold the new weights.
+
+        Returns:
+            Seconds the caller was held (the wait plus the snapshot) and the wall time
+            of the previous push (0 when there was none).
+        """
+        t0 = time.perf_counter()
+        previous = await self.settle()
+        weights = await asyncio.to_thread(self.trainer.state_dict_for_inference)
+
+        async def push() -> float:
+            t = time.perf_counter()
+            self.version = await self.sync_weights(weights, mode)
+            await pushed()
+            return time.perf_counter() - t
+
+        self._background = asyncio.create_task(push())
+        return time.perf_counter() - t0, previous
+
+    async def settle(self) -> float:
+        """Waits for a weight push still running in the background; returns its wall time.
+
+        After it, the servers hold the weights of the last step the driver yielded
+        (evaluate after it). Raises what the push raised; 0.0 when none was running.
+        """
+        task, self._background = self._background, None
+        return 0.0 if task is None else await task
+
+    async def _cancel_background(self) -> None:
+        task, self._background = self._background, None
+        if task is not None and not task.done():
+            task.cancel()  # the sync's own cleanup resumes the servers
+        if task is not None:
+            with contextlib.suppress(BaseException):
+                await task
+
     def _commit(
         self,
         groups: list[list[Trajectory]],
@@ -220,17 +267,21 @@ class Driver:
         out, self.unreported = self.unreported, None
         return None if out is None else self._output(out, {})
 
-    def _output(self, step: StepOutput, times: dict[str, float]) -> StepOutput:
+    def _output(
+        self, step: StepOutput, times: dict[str, float], version: int | None = None
+    ) -> StepOutput:
+        """Finishes a step's numbers; ``version``: the step's weight version (default: now)."""
         self.unreported = None
         trajs, out = step.trajectories, step.metrics
         out.update({f"time/{k}": v for k, v in times.items()})
-        out["weight_version"] = float(self.version)
+        version = self.version if version is None else version
+        out["weight_version"] = float(version)
         versions = [
             v for t in trajs for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
         ]
         if versions:
-            out["staleness/max"] = float(self.version - min(versions))
-            out["staleness/mean"] = float(self.version - sum(versions) / len(versions))
+            out["staleness/max"] = float(version - min(versions))
+            out["staleness/mean"] = float(version - sum(versions) / len(versions))
         for key in ("tool_time_s", "generate_time_s", "env_time_s"):
             total = sum(t.metrics.get(key, 0.0) for t in trajs)
             out[f"episode_sum/{key}"] = total
@@ -294,13 +345,16 @@ class Driver:
         can_start = asyncio.Condition()
         started = 0
         first = self.step  # a resumed run starts counting here, on the checkpoint's weights
+        pushed = self.step  # steps whose weights the servers hold
         in_flight: set[asyncio.Task[None]] = set()
 
         def allowed() -> bool:
-            # At most (steps trained in this run + 1 + max_staleness) batches started:
+            # At most (steps pushed in this run + 1 + max_staleness) batches started:
             # a group starts at most max_staleness versions before it is trained. Without
             # backfill, a waiting trainer's batch runs alone (nothing newer starts).
-            trained = self.step - first
+            # Counting pushed steps (not trained ones) keeps the bound while a push
+            # overlaps the next step's training.
+            trained = pushed - first
             ahead = 1 + (cfg.max_staleness if self.training or cfg.backfill == "always" else 0)
             return started < (trained + ahead) * self.tasks_per_step
 
@@ -318,6 +372,12 @@ class Driver:
                 t = asyncio.create_task(one(index, task))
                 in_flight.add(t)
                 t.add_done_callback(in_flight.discard)
+
+        async def on_pushed() -> None:
+            nonlocal pushed
+            pushed += 1
+            async with can_start:
+                can_start.notify_all()
 
         producer = asyncio.create_task(produce())
         mode: PauseMode = "keep" if cfg.partial_rollout else "wait"
@@ -343,13 +403,21 @@ class Driver:
                 metrics, t_train = await self._train(kept)
                 times = {"wait_buffer": t_wait, "train": t_train}
                 done = self._commit(kept, used, metrics, why, times)
-                t_sync = await self._push(mode)
-                out = self._output(done, {"sync": t_sync})
-                async with can_start:
-                    can_start.notify_all()
+                if cfg.overlap_push:
+                    # Every push bumps the version by one: the step's version is known now.
+                    t_sync, t_prev = await self._start_push(mode, on_pushed)
+                    out = self._output(done, {"sync": t_sync}, self.version + 1)
+                    if t_prev:  # the previous step's push, overlapped with this step
+                        out.metrics["time/push_background"] = t_prev
+                else:
+                    t_sync = await self._push(mode)
+                    out = self._output(done, {"sync": t_sync})
+                    await on_pushed()
                 out.metrics["buffer_groups"] = float(buffer.qsize())
                 yield out
+            await self.settle()  # the servers end on the last step's weights
         finally:
+            await self._cancel_background()
             producer.cancel()
             for t in list(in_flight):
                 t.cancel()

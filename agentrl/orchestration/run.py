@@ -202,6 +202,7 @@ async def _loop(
             if out.step % cfg.save_every == 0:
                 await asyncio.to_thread(checkpoint, {})
             if cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps:
+                await driver.settle()  # (overlap_push) the servers hold this step's weights
                 await run_eval(out.step)
         interrupted = stop.is_set() and watch.reason is None
     except Exception as e:

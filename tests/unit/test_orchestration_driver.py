@@ -192,3 +192,99 @@ async def test_without_backfill_a_waiting_trainer_gets_its_batch_alone(tokenizer
         assert any(busy for *_, busy in starts)  # newer batches started during updates
     else:
         assert (1, 0) in early  # batch 1 starts with batch 0, before any update
+
+
+def slow_sync(driver, log, delay=0.08, fail_at=None):
+    """A push that takes ``delay`` s and logs (event, push number, time); fails at ``fail_at``."""
+    import time
+
+    llm = driver.runner.loop.llm
+    count = 0
+
+    async def sync(weights, pause_mode):
+        nonlocal count
+        count += 1
+        n = count
+        log.append(("push_start", n, time.monotonic()))
+        await asyncio.sleep(delay)
+        if n == fail_at:
+            raise RuntimeError(f"push {n} failed")
+        llm.weight_version += 1
+        log.append(("push_end", n, time.monotonic()))
+        return llm.weight_version
+
+    driver.sync_weights = sync
+
+
+class TimedTrainer(RecordingTrainer):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def step(self, trajectories):
+        import time
+
+        self.log.append(("train_start", len(self.batches) + 1, time.monotonic()))
+        time.sleep(0.05)
+        return super().step(trajectories)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+async def test_fully_async_trains_while_the_previous_push_runs(tokenizer, overlap):
+    driver, _, _, _ = make(tokenizer, "fully_async", TASKS, overlap_push=overlap)
+    log: list = []
+    driver.trainer = trainer = TimedTrainer(log)
+    slow_sync(driver, log)
+    outs = await _run(driver, 4)
+    at = {(e, n): t for e, n, t in log}
+    # Step n+1's update starts before push n ends only when the push overlaps it.
+    overlapped = [at[("train_start", n + 1)] < at[("push_end", n)] for n in (1, 2, 3)]
+    assert overlapped == [overlap] * 3
+    # Either way: one push per step, one at a time, and the servers end on the last weights.
+    assert [n for e, n, _ in log if e == "push_start"] == [1, 2, 3, 4]
+    for n in (2, 3, 4):
+        assert at[("push_start", n)] > at[("push_end", n - 1)]
+    assert driver.runner.loop.llm.weight_version == driver.version == 4
+    assert [o.metrics["weight_version"] for o in outs] == [1, 2, 3, 4]
+    for out, batch in zip(outs, trainer.batches, strict=True):
+        oldest = min(
+            v for t in batch for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
+        )
+        assert out.metrics["staleness/max"] == out.metrics["weight_version"] - oldest
+    if overlap:  # the trainer only waited for the snapshot, not the servers
+        assert all(o.metrics["time/sync"] < 0.04 for o in outs)
+        assert all(o.metrics["time/push_background"] >= 0.08 for o in outs[1:])
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+async def test_overlapped_push_keeps_the_staleness_bound(tokenizer, max_staleness):
+    # A push slower than an update: while push n runs, the servers still hold version n-1,
+    # so a group starting then must count against n-1 (counting trained steps would let
+    # groups start one version too early).
+    driver, _, _, _ = make(tokenizer, "fully_async", TASKS * 2, max_staleness=max_staleness)
+    log: list = []
+    driver.trainer = trainer = TimedTrainer(log)
+    slow_sync(driver, log, delay=0.2)
+    await _run(driver, 5)
+    for step, batch in enumerate(trainer.batches):
+        oldest = min(
+            v for t in batch for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
+        )
+        assert step - oldest <= max_staleness
+
+
+async def test_a_failed_background_push_stops_the_run_after_a_consistent_step(tokenizer):
+    driver, _, _, _ = make(tokenizer, "fully_async", TASKS)
+    log: list = []
+    driver.trainer = trainer = TimedTrainer(log)
+    slow_sync(driver, log, fail_at=2)
+    outs = []
+    with pytest.raises(RuntimeError, match="push 2 failed"):
+        async for out in await driver.run(5):
+            outs.append(out)
+    # Push 2 (of step 2's weights) failed while step 3 trained: step 3 is committed and left
+    # unreported (run.py logs and checkpoints it), nothing later ran, nothing is pending.
+    assert [o.step for o in outs] == [1, 2]
+    assert len(trainer.batches) == driver.step == 3
+    assert driver.unreported is not None and driver.unreported.step == 3
+    assert driver._background is None
