@@ -181,6 +181,7 @@ class LocalSandbox:
             "ro_binds": list(self._ro_binds),
             "cgroups": list(self._cgroups.dirs),
             "rlimits": self._rlimits(),
+            "env": self._env,  # the warm interpreter's (the helper's docstring)
         }
         reply = await asyncio.wait_for(self._call(config), _SETUP_TIMEOUT_S)
         if not reply.get("ok"):
