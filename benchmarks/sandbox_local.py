@@ -6,7 +6,10 @@ Times, in one run on this machine:
 * exec round trip of ``true`` (argv), ``sh -c 'echo hi'`` and ``python3 -c 'print(1)'``
   in a sandbox (target p50 ≤ 10 ms for the first two), each next to the same command
   run by a plain ``asyncio.create_subprocess_exec`` with no isolation (the baseline);
-* cold start of a sandbox (``start()``: unshare + helper + private root).
+* cold start of a sandbox (``start()``: unshare + helper + private root);
+* ``python3 -c`` warm (a fork of the sandbox's started interpreter, the default) against
+  cold (one extra env variable, so a fresh ``python3`` is exec'd: the behaviour before
+  warm Python), the ratio cold / warm.
 
 Prints p50/p95 in ms and the sandbox / baseline ratio. Needs root.
 Run: ``python -m benchmarks.sandbox_local [--n 200 --pool-size 4]``.
@@ -92,6 +95,14 @@ async def main(n: int, pool_size: int) -> None:
                 report(f"exec_{name.replace(' ', '_')}_p50_ms", pct(box, 0.5), unit="ms",
                        target=10 if name != "python3 print" else None, better="lower",
                        baseline=pct(base, 0.5))  # fmt: skip
+            argv = COMMANDS["python3 print"]
+            warm = await timed(n, lambda: sb.exec(argv))
+            cold = await timed(n, lambda: sb.exec(argv, env={"AGENTRL_BENCH_COLD": "1"}))
+            print(row("sandbox python3 cold", cold))
+            print(row("sandbox python3 warm", warm))
+            speedup = pct(cold, 0.5) / pct(warm, 0.5)
+            print(f"warm python3 -c: {speedup:.2f}x faster than a fresh interpreter (p50)")
+            report("python3_warm_speedup_vs_cold", speedup, unit="x", baseline=pct(cold, 0.5))
 
 
 if __name__ == "__main__":

@@ -28,20 +28,20 @@ import errno
 import io
 import json
 import os
-import platform
 import resource
 import selectors
 import shutil
 import signal
 import site
-import socket
 import stat
 import struct
 import sys
 import time
-import traceback
 import types
-from typing import Any
+
+TYPE_CHECKING = False  # (no typing import: the warm interpreter loads what it must only)
+if TYPE_CHECKING:
+    from typing import Any
 
 WORKDIR = "/workspace"
 SCRATCH = ("/workspace", "/tmp", "/dev/shm")
@@ -49,7 +49,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
+MACHINE = os.uname().machine
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(MACHINE)
 ETC_FILES = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
     "ssl", "ca-certificates", "mime.types", "python3", "python3.11", "python3.12", "bash.bashrc",
@@ -68,7 +69,7 @@ RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
 SECCOMP_ARCH = {
     "x86_64": (0xC000003E, 272, 56, 435, 0x40000000),  # x32 numbers start at 2**30
     "aarch64": (0xC00000B7, 97, 220, 435, 0xFFFFFFFF),
-}.get(platform.machine())
+}.get(MACHINE)
 
 
 class SockFilter(ctypes.Structure):
@@ -88,7 +89,7 @@ def no_user_namespaces() -> None:
     """Installs a seccomp filter: unshare/clone with CLONE_NEWUSER fail with EPERM, clone3
     and foreign ABIs (i386 int 0x80, x32) with ENOSYS. Needs no_new_privs."""
     if SECCOMP_ARCH is None:
-        raise OSError(f"no seccomp filter for {platform.machine()}")
+        raise OSError(f"no seccomp filter for {MACHINE}")
     audit, unshare, clone, clone3, foreign = SECCOMP_ARCH
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|..., BPF_RET
     prog = [
@@ -148,6 +149,8 @@ def build_root(cfg: dict[str, Any]) -> None:
     # a memory bomb should kill the code, not the helper (some hosts forbid lowering it)
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write("-1000")
+    import socket  # (here: only the set-up needs it)
+
     socket.sethostname("sandbox")
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
     bind("/usr", root + "/usr")
@@ -547,6 +550,8 @@ def main() -> None:
     try:
         build_root(cfg)
     except Exception as e:
+        import traceback
+
         where = traceback.extract_tb(e.__traceback__)[-1]
         msg = f"{type(e).__name__}: {e} (at {where.name}:{where.lineno}: {where.line})"
         write_frame(out, {"ok": False, "kind": "setup", "error": msg})
