@@ -38,6 +38,7 @@ import struct
 import sys
 import time
 import types
+import warnings  # noqa: F401 - os.execvpe imports it, once the host's stdlib is out of reach
 
 TYPE_CHECKING = False  # (no typing import: the warm interpreter loads what it must only)
 if TYPE_CHECKING:
