@@ -19,8 +19,10 @@ pause/resume and version bump.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
+import ssl
 import tempfile
 import time
 from collections.abc import Mapping
@@ -81,6 +83,17 @@ def write_safetensors(weights: Mapping[str, Any], directory: Path) -> int:
     path = directory / "model.safetensors"
     save_file(out, str(path), metadata={"format": "pt"})
     return path.stat().st_size
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for every control client: building one (CA bundle included) took
+    ~20-50 ms of the event loop's CPU per weight push, beside ~70 ms for the push itself."""
+    return ssl.create_default_context()
+
+
+def _control_client(timeout_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout_s, verify=_ssl_context())
 
 
 def _dir_size(path: Path) -> int:
@@ -244,7 +257,7 @@ class WeightSync:
         if self.weights_path is not None:
             await self._sync_one(server, self.weights_path, self.version, "abort")
         else:
-            async with httpx.AsyncClient(timeout=self.timeout_s) as http:
+            async with _control_client(self.timeout_s) as http:
                 await self._post(
                     http, server, "/update_weight_version", {"new_version": str(self.version)}
                 )
@@ -273,7 +286,7 @@ class WeightSync:
         The pause is timed from sending ``/pause`` to ``/resume`` returning: the
         longest stall an in-flight request can see.
         """
-        async with httpx.AsyncClient(timeout=self.timeout_s) as http:
+        async with _control_client(self.timeout_s) as http:
             paused = time.monotonic()
             await self._post(http, s, "/pause", params={"mode": mode})
             try:
