@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,6 +108,7 @@ class ChatTokenizer:
         self.tokenizer = tokenizer
         self.tools = list(tools)
         self.inject_tools = inject_tools
+        self._prompts: OrderedDict[str, list[int]] = OrderedDict()  # see prompt_ids
         self.template_kwargs = dict(template_kwargs or {})
         self.style = CallStyle()
         self._specials = sorted(
@@ -305,8 +307,22 @@ class ChatTokenizer:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        """Token ids of a prompt: ``messages`` rendered, ending with the generation prompt."""
-        return self.encode(self.render(messages, add_generation_prompt=True))
+        """Token ids of a prompt: ``messages`` rendered, ending with the generation prompt.
+
+        The last 256 prompts are remembered: a group's G episodes start from the same
+        messages, and rendering plus encoding them was a quarter of the rollout event
+        loop's CPU in ``benchmarks/async_real.py``.
+        """
+        key = repr(list(messages))
+        ids = self._prompts.get(key)
+        if ids is None:
+            ids = self.encode(self.render(messages, add_generation_prompt=True))
+            self._prompts[key] = ids
+            if len(self._prompts) > 256:
+                self._prompts.popitem(last=False)
+        else:
+            self._prompts.move_to_end(key)
+        return list(ids)
 
     # --------------------------------------------------------------------- deltas
 

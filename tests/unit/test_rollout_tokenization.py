@@ -38,6 +38,27 @@ def test_delta_cost_does_not_depend_on_history(tokenizer):
     assert chat.delta_text([]) == "\n<|im_start|>assistant\n"
 
 
+def test_prompt_ids_renders_each_prompt_once_and_hands_out_copies(tokenizer, monkeypatch):
+    chat = ChatTokenizer(tokenizer)
+    call = ToolCall("python", {"code": "print(1)"}, id="call_0")
+    prompt = [Message.system("sys"), Message.user("q"), Message.assistant("", (call,))]
+    fresh = chat.encode(chat.render(prompt, add_generation_prompt=True))
+    renders = []
+    render = chat.render
+    monkeypatch.setattr(chat, "render", lambda *a, **k: renders.append(a) or render(*a, **k))
+    first = chat.prompt_ids(prompt)
+    first.append(-1)  # a caller's list is its own
+    assert chat.prompt_ids(list(prompt)) == fresh and len(renders) == 1
+    other = [Message.system("sys"), Message.user("q2")]
+    assert chat.prompt_ids(other) == chat.encode(render(other, add_generation_prompt=True))
+    assert len(renders) == 2
+    for i in range(300):  # bounded: the oldest prompts are dropped
+        chat.prompt_ids([Message.user(str(i))])
+    assert len(chat._prompts) == 256
+    chat.prompt_ids(prompt)
+    assert len(renders) == 2 + 300 + 1
+
+
 def test_tokenizer_without_chat_template_is_refused(tokenizer):
     bare = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>")
     bare.chat_template = None
