@@ -68,6 +68,14 @@ class InferenceConfig(_Strict):
     urls: list[str] = Field(
         default_factory=list, description="Attach to these running servers instead of launching."
     )
+    api: Literal["auto", "generate", "completions"] = Field(
+        "auto",
+        description="Route the rollouts use. generate: vLLM's token-in-token-out "
+        "/inference/v1/generate (no detokenization, exact per-token weight versions); "
+        "completions: /v1/completions with token-id prompts (any server that takes them); "
+        "auto: generate on launched servers and on attached ones whose /openapi.json lists "
+        "it, else completions.",
+    )
     max_model_len: int = Field(4096, gt=0, description="Context length the servers accept.")
     kv_cache_gb: float = Field(2.0, gt=0, description="KV cache per server, GiB (CPU build).")
     dtype: str = Field(

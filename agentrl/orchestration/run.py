@@ -37,6 +37,7 @@ from agentrl.orchestration.startup import (
     ComponentError,
     Prepared,
     check_servers,
+    detect_api,
     open_env_resources,
     pin_run,
     preflight_env,
@@ -382,11 +383,15 @@ async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) 
     from agentrl.inference.server import ServerStartError
 
     cfg = prep.cfg
+    api: str = cfg.inference.api
     if cfg.inference.urls:
         await check_servers(cfg.inference.urls)
-        return await Fleet.attach(cfg.inference.urls)
+        if api == "auto":
+            api = await detect_api(cfg.inference.urls)
+        return await Fleet.attach(cfg.inference.urls, api=api)
     try:
-        return await Fleet.launch(server_config(cfg, prep.model_dir, log_dir), num_servers)
+        config = server_config(cfg, prep.model_dir, log_dir)
+        return await Fleet.launch(config, num_servers, api="generate" if api == "auto" else api)
     except ServerStartError as e:  # before the trainer starts: the run stops with vLLM's reason
         raise ComponentError(f"inference server cannot start: {e}") from e
 

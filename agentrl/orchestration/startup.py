@@ -157,6 +157,27 @@ async def check_servers(urls: Sequence[str], timeout_s: float = 10.0) -> None:
         )
 
 
+GENERATE_ROUTE = "/inference/v1/generate"
+
+
+async def detect_api(urls: Sequence[str], timeout_s: float = 10.0) -> str:
+    """``generate`` when every server's ``/openapi.json`` lists vLLM's token route, else
+    ``completions`` (a server without an OpenAPI document, or another server)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=timeout_s) as http:
+
+        async def has_route(url: str) -> bool:
+            try:
+                r = await http.get(url.rstrip("/") + "/openapi.json")
+                return r.status_code == 200 and GENERATE_ROUTE in r.json().get("paths", {})
+            except (httpx.HTTPError, ValueError, AttributeError):
+                return False
+
+        found = await asyncio.gather(*(has_route(u) for u in urls))
+    return "generate" if urls and all(found) else "completions"
+
+
 async def preflight_env(env_cls: type[Env], kwargs: Mapping[str, Any]) -> None:
     """Runs the env class's optional ``preflight(**env_kwargs)`` (e.g. start a sandbox once)."""
     check = getattr(env_cls, "preflight", None)

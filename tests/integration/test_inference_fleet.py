@@ -81,6 +81,14 @@ async def test_token_ids_and_logprobs_round_trip_exactly(fleet, hf):
     assert half.token_ids + rest.token_ids == whole.token_ids
 
 
+async def test_attached_vllm_servers_are_detected_as_speaking_the_token_route(fleet):
+    # inference.api=auto: runs attached to vLLM servers sample through /inference/v1/generate.
+    from agentrl.orchestration.startup import detect_api
+
+    assert await detect_api(fleet.urls) == "generate"
+    assert type(fleet.router.servers[0].client).__name__ == "GenerateClient"  # launched
+
+
 async def test_least_loaded_placement_and_sticky_turns(fleet, hf):
     tok, _ = hf
     router = fleet.router

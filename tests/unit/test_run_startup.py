@@ -7,7 +7,13 @@ import socket
 import pytest
 
 from agentrl.envs.retool import RetoolEnv
-from agentrl.orchestration.startup import ComponentError, check_servers, preflight_env
+from agentrl.orchestration.startup import (
+    GENERATE_ROUTE,
+    ComponentError,
+    check_servers,
+    detect_api,
+    preflight_env,
+)
 from agentrl.sandbox.base import SandboxError
 from agentrl.testing.scripted_server import RandomPolicy, ScriptedServer
 
@@ -27,6 +33,55 @@ async def test_unreachable_server_is_named():
 async def test_reachable_server_passes():
     with ScriptedServer(RandomPolicy(10, eos_id=9)) as srv:
         await check_servers([srv.url])
+
+
+class OpenApiServer:
+    """A real HTTP server whose /openapi.json lists ``paths``."""
+
+    def __init__(self, paths):
+        import http.server
+        import json
+        import threading
+
+        body = json.dumps({"paths": {p: {} for p in paths}}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                ok = self.path == "/openapi.json"
+                self.send_response(200 if ok else 404)
+                self.send_header("Content-Length", str(len(body) if ok else 0))
+                self.end_headers()
+                if ok:
+                    self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+async def test_detect_api_takes_the_token_route_only_where_every_server_has_it():
+    with (
+        OpenApiServer(["/v1/completions", GENERATE_ROUTE]) as vllm,
+        OpenApiServer(["/v1/completions"]) as other,
+        ScriptedServer(RandomPolicy(10, eos_id=9)) as scripted,
+    ):
+        assert await detect_api([vllm.url]) == "generate"
+        assert await detect_api([vllm.url, vllm.url + "/"]) == "generate"
+        assert await detect_api([vllm.url, other.url]) == "completions"
+        assert await detect_api([scripted.url]) == "completions"
+        down = f"http://127.0.0.1:{_closed_port()}"
+        assert await detect_api([vllm.url, down], timeout_s=2) == "completions"
 
 
 class BrokenSandbox:
