@@ -346,9 +346,13 @@ class Driver:
         started = 0
         first = self.step  # a resumed run starts counting here, on the checkpoint's weights
         pushed = self.step  # steps whose weights the servers hold
+        needed = (steps - first) * self.tasks_per_step  # groups this run can still train
+        dropped = 0  # groups taken from the buffer and not kept (each needs a replacement)
         in_flight: set[asyncio.Task[None]] = set()
 
         def allowed() -> bool:
+            if started - dropped >= needed:  # no group the run would never train
+                return False
             # At most (steps pushed in this run + 1 + max_staleness) batches started:
             # a group starts at most max_staleness versions before it is trained. Without
             # backfill, a waiting trainer's batch runs alone (nothing newer starts).
@@ -395,6 +399,10 @@ class Driver:
                     )
                     kept += k
                     why += w
+                    if not k:
+                        dropped += 1
+                        async with can_start:
+                            can_start.notify_all()
                 t_wait = time.perf_counter() - t0
                 self.training = True  # (as _train does) before newer groups may start
                 if cfg.backfill == "while_training":

@@ -288,3 +288,33 @@ async def test_a_failed_background_push_stops_the_run_after_a_consistent_step(to
     assert len(trainer.batches) == driver.step == 3
     assert driver.unreported is not None and driver.unreported.step == 3
     assert driver._background is None
+
+
+class SometimesBrokenEnv(CoinEnv):
+    """CoinEnv whose tasks marked ``broken`` fail every episode (the group is dropped)."""
+
+    async def step(self, action):
+        if self.task_broken:
+            raise RuntimeError("broken task")
+        return await super().step(action)
+
+    def reset(self, task, *, seed=None):
+        self.task_broken = task.get("broken", False)
+        return super().reset(task, seed=seed)
+
+
+@pytest.mark.parametrize("broken_every", [0, 4])
+async def test_fully_async_starts_no_group_the_run_will_not_train(tokenizer, broken_every):
+    tasks = [
+        {"id": f"t{i}", "broken": bool(broken_every) and i % broken_every == 1} for i in range(40)
+    ]
+    driver, trainer, _, stream = make(tokenizer, "fully_async", tasks, max_staleness=2)
+    driver.runner.env_factory = SometimesBrokenEnv
+    outs = await _run(driver, 4)
+    assert len(trainer.batches) == 4 and all(len(b) == 12 for b in trainer.batches)
+    dropped = sum(o.metrics.get("discard/group:too_few_episodes", 0) for o in outs)
+    assert (dropped > 0) == bool(broken_every)
+    # Exactly the groups the 4 steps needed were started (12 trained + each dropped one's
+    # replacement), none for a step that never comes; nothing is left outstanding.
+    state = stream.state_dict()
+    assert state["next"] == 12 + dropped and state["outstanding"] == []
