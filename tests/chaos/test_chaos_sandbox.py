@@ -38,17 +38,18 @@ time.sleep(10**6)
 """
 
 
-def _with_marker(marker: str) -> list[int]:
-    """Host processes whose command line holds ``marker``."""
+def _of_uid(uid: int) -> list[int]:
+    """Live host processes whose real uid is ``uid`` (a sandbox's code runs as its own uid;
+    its command line need not show the code: warm Python forks the sandbox's helper)."""
     out = []
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
+        if name.isdigit():
             try:
-                cmd = Path(f"/proc/{name}/cmdline").read_bytes()
-                stat = Path(f"/proc/{name}/stat").read_text()
+                status = Path(f"/proc/{name}/status").read_text()
             except OSError:
                 continue
-            if marker.encode() in cmd and ") Z " not in stat:
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
                 out.append(int(name))
     return out
 
@@ -79,7 +80,7 @@ async def _hang_case(rec: ChaosRecord) -> None:
         took = time.monotonic() - t0
         text = res.messages[0].content
         await asyncio.sleep(0.5)
-        left = _with_marker(marker)
+        left = _of_uid(sb.uid)
         after = await executor.run([_call("print(6 * 7)")])
         rec.recovery_s = round(took, 1)
         rec.leaks = [f"process {p}" for p in left]
@@ -112,7 +113,7 @@ async def _helper_case(rec: ChaosRecord) -> None:
             executor.run([_call(f"import time\nprint('{marker}')\ntime.sleep(60)")])
         )
         deadline = time.monotonic() + 20
-        while not _with_marker(marker):
+        while not _of_uid(sb.uid):
             assert time.monotonic() < deadline, "the call never started"
             await asyncio.sleep(0.1)
         assert sb._proc is not None
@@ -135,7 +136,7 @@ async def _helper_case(rec: ChaosRecord) -> None:
         await sb.close()
         await sb.close()  # idempotent
     await asyncio.sleep(0.5)
-    left = _with_marker(marker)
+    left = _of_uid(sb.uid)
     rec.leaks = [f"process {p}" for p in left]
     assert not left, f"processes of the call survived its helper: {left}"
     async with LocalSandbox() as fresh:  # a new sandbox works

@@ -234,7 +234,7 @@ async def test_fully_async_trains_while_the_previous_push_runs(tokenizer, overla
     driver, _, _, _ = make(tokenizer, "fully_async", TASKS, overlap_push=overlap)
     log: list = []
     driver.trainer = trainer = TimedTrainer(log)
-    slow_sync(driver, log)
+    slow_sync(driver, log, delay=0.3)  # far longer than the next batch takes to be ready
     outs = await _run(driver, 4)
     at = {(e, n): t for e, n, t in log}
     # Step n+1's update starts before push n ends only when the push overlaps it.
@@ -251,9 +251,10 @@ async def test_fully_async_trains_while_the_previous_push_runs(tokenizer, overla
             v for t in batch for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
         )
         assert out.metrics["staleness/max"] == out.metrics["weight_version"] - oldest
-    if overlap:  # the trainer only waited for the snapshot, not the servers
-        assert all(o.metrics["time/sync"] < 0.04 for o in outs)
-        assert all(o.metrics["time/push_background"] >= 0.08 for o in outs[1:])
+    if overlap:  # the previous push's wall time, overlapped with the step, is reported
+        assert all(o.metrics["time/push_background"] >= 0.3 for o in outs[1:])
+    else:  # the trainer waited for the servers
+        assert all(o.metrics["time/sync"] >= 0.3 for o in outs)
 
 
 @pytest.mark.parametrize("max_staleness", [0, 1])
