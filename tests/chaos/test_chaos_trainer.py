@@ -18,9 +18,10 @@ from tests.chaos.harness import ChaosRecord, LeakWatch, TrainProc, account, metr
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(600)]
 
 STEPS = 3
-# Long enough an update (~4 s) that the kill, aimed at its middle, has ~2 s either side:
-# with 8 epochs (1.4 s) a fast step 3 sometimes finished before the kill.
-EPOCHS = 24
+# Long enough an update that the kill, aimed at its middle, has ~2 s either side: with 8
+# epochs (1.4 s) a fast step 3 sometimes finished before the kill, and with 24 (2.3 s on a
+# faster machine) so did fully_async's, whose step 3 no longer waits for step 2's push.
+EPOCHS = 48
 
 
 @pytest.mark.parametrize("mode", ["sync", "fully_async"])
