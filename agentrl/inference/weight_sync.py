@@ -364,7 +364,7 @@ class NcclWeightSync:
         t0 = time.monotonic()
         version = self.version + 1
         pauses: dict[str, float] = {}
-        async with httpx.AsyncClient(timeout=300) as http:
+        async with _control_client(300) as http:
             for s, engine in zip(self.router.servers, self._engines, strict=True):
                 (
                     await http.post(f"{s.url}/pause", params={"mode": mode or self.mode})

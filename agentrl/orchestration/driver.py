@@ -232,9 +232,8 @@ class Driver:
 
     async def _cancel_background(self) -> None:
         task, self._background = self._background, None
-        if task is not None and not task.done():
-            task.cancel()  # the sync's own cleanup resumes the servers
         if task is not None:
+            task.cancel()  # (a no-op once done) the sync's own cleanup resumes the servers
             with contextlib.suppress(BaseException):
                 await task
 
