@@ -26,6 +26,7 @@ from agentrl.logging.progress import ProgressLog, plot_curve
 from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.driver import Driver, GroupRunner, StepOutput
 from agentrl.orchestration.evaluate import evaluate
+from agentrl.orchestration.heap import frozen_heap
 from agentrl.orchestration.resume import (
     find_resume_checkpoint,
     log_tasks,
@@ -157,7 +158,10 @@ async def drive(
         cfg.steps, run.path, wandb_mode=cfg.wandb, config=cfg.model_dump(mode="json")
     )
     try:
-        return await _loop(prep, driver, trainer, run_eval, progress, resume, say, on_step, watch)
+        with frozen_heap():  # full collections walk only what the run creates
+            return await _loop(
+                prep, driver, trainer, run_eval, progress, resume, say, on_step, watch
+            )
     finally:
         progress.close()
         if any(True for _ in run.metrics()):
