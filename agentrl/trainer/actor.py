@@ -87,12 +87,17 @@ def _chunk_fn(
     b_V: torch.Tensor | None,
     tgt_N: torch.Tensor,
     inv_temp: float,
+    entropy_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits_NV = torch.nn.functional.linear(h_NH, w_VH, b_V).float() * inv_temp
-    logz_N = torch.logsumexp(logits_NV, dim=-1)
-    logp_N = logits_NV.gather(-1, tgt_N[:, None]).squeeze(-1) - logz_N
-    # H(p) = log Z - Σ_v p_v z_v
-    ent_N = logz_N - (torch.softmax(logits_NV, dim=-1) * logits_NV).sum(-1)
+    logits_NV = torch.nn.functional.linear(h_NH, w_VH, b_V).float()
+    if inv_temp != 1.0:  # a multiply by 1 is a full (N × V) pass, forward and backward
+        logits_NV = logits_NV * inv_temp
+    logp_NV = torch.log_softmax(logits_NV, dim=-1)  # one fused pass; so is its backward
+    logp_N = logp_NV.gather(-1, tgt_N[:, None]).squeeze(-1)
+    # H(p) = -Σ_v p_v log p_v. Last, and without autograd unless the loss uses it: then a
+    # checkpoint's recompute stops before it (non-reentrant early stop) and saves nothing.
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        ent_N = -(logp_NV.exp() * logp_NV).sum(-1)
     return logp_N, ent_N
 
 
@@ -102,18 +107,24 @@ def chunked_logprobs(
     tgt_N: torch.Tensor,
     chunk: int,
     temperature: float = 1.0,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(target) and entropy for N hidden states, ``chunk`` rows of logits at a time."""
+    """log π(target) and entropy for N hidden states, ``chunk`` rows of logits at a time.
+
+    ``entropy_grad=False`` returns the entropy detached (a metric, not a loss term), which
+    spares its (N × V) passes in backward and in the checkpoint's recompute.
+    """
     w: torch.Tensor = head.weight  # type: ignore[assignment]  # nn.Module attrs are untyped
     b: torch.Tensor | None = getattr(head, "bias", None)
     outs_lp, outs_ent = [], []
     grad = torch.is_grad_enabled() and (h_NH.requires_grad or w.requires_grad)
+    args = (1.0 / temperature, entropy_grad)
     for s in range(0, h_NH.shape[0], chunk):
         h, t = h_NH[s : s + chunk], tgt_N[s : s + chunk]
         if grad:
-            lp, ent = checkpoint(_chunk_fn, h, w, b, t, 1.0 / temperature, use_reentrant=False)
+            lp, ent = checkpoint(_chunk_fn, h, w, b, t, *args, use_reentrant=False)
         else:
-            lp, ent = _chunk_fn(h, w, b, t, 1.0 / temperature)
+            lp, ent = _chunk_fn(h, w, b, t, *args)
         outs_lp.append(lp)
         outs_ent.append(ent)
     if not outs_lp:
@@ -146,6 +157,7 @@ class PolicyModule(nn.Module):
         chunk: int,
         temperature: float,
         need_logp: bool = True,
+        entropy_grad: bool = True,
     ) -> None:
         super().__init__()
         self.lm = lm
@@ -157,6 +169,7 @@ class PolicyModule(nn.Module):
         self.chunk = chunk
         self.temperature = temperature
         self.need_logp = need_logp
+        self.entropy_grad = entropy_grad  # False: the entropy is a metric only (detached)
 
     def forward(
         self,
@@ -194,7 +207,12 @@ class PolicyModule(nn.Module):
         h_NH = hidden.reshape(-1, hidden.shape[-1]).index_select(0, sel_N)
         if self.need_logp:
             logp_N, ent_N = chunked_logprobs(
-                h_NH, lm.get_output_embeddings(), targets_N, self.chunk, self.temperature
+                h_NH,
+                lm.get_output_embeddings(),
+                targets_N,
+                self.chunk,
+                self.temperature,
+                self.entropy_grad,
             )
         else:
             logp_N = ent_N = h_NH.new_zeros(h_NH.shape[0], dtype=torch.float32)

@@ -157,6 +157,7 @@ def build_networks(
         value_head=config.uses_critic and config.critic.kind == "value_head",
         chunk=logprob_chunk,
         temperature=a.temperature,
+        entropy_grad=config.loss.entropy_coef != 0,  # else the entropy is only logged
     ).to(device)
     ref = None
     if ref_lm is not None:

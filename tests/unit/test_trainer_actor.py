@@ -52,3 +52,30 @@ def test_packed_and_padded_forward_agree_with_plain_hf() -> None:
             torch.testing.assert_close(packed.logp_bR[i, : len(pos)], ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(packed.logp_bR, padded.logp_bR, atol=1e-5, rtol=1e-5)
     assert torch.all(packed.logp_bR[mask == 0] == 0)
+
+
+def test_entropy_as_a_metric_is_detached_and_spares_no_logprob_gradient() -> None:
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    h = torch.randn(11, 16, requires_grad=True)
+    tgt = torch.randint(0, 50, (11,))
+    lp, ent = chunked_logprobs(h, head, tgt, chunk=3, temperature=0.7)
+    lp.sum().backward()
+    g_h = h.grad.clone()  # type: ignore[union-attr]
+    h.grad = None
+    lp2, ent2 = chunked_logprobs(h, head, tgt, chunk=3, temperature=0.7, entropy_grad=False)
+    assert ent.requires_grad and not ent2.requires_grad and lp2.requires_grad
+    lp2.sum().backward()
+    torch.testing.assert_close(lp2, lp)
+    torch.testing.assert_close(ent2, ent.detach())
+    torch.testing.assert_close(h.grad, g_h)
+
+
+def test_the_policy_keeps_entropy_gradients_only_when_the_loss_has_an_entropy_bonus() -> None:
+    from agentrl.trainer import Trainer, TrainerConfig
+
+    for coef, grad in ((0.0, False), (0.01, True)):
+        t = Trainer(TrainerConfig(loss={"entropy_coef": coef}), tiny_lm(), max_seq_len=64)
+        b = build_batch(random_batch(2), [0.0, 1.0], [False] * 2)
+        fo = run_micro_batch(t.policy, make_micro_batch(b, [0, 1], False), b.mask_BR, torch.float32)
+        assert fo.logp_bR.requires_grad and fo.entropy_bR.requires_grad is grad
