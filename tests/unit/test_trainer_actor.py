@@ -11,11 +11,15 @@ from tests.unit.test_trainer_fixtures import random_batch, tiny_lm
 torch.set_num_threads(2)
 
 
-def test_chunked_logprobs_match_full_log_softmax_with_grads() -> None:
+def _head_states_targets() -> tuple[torch.nn.Linear, torch.Tensor, torch.Tensor]:
+    """An lm head (vocabulary 50), 11 hidden states that want gradients, their targets."""
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 50, bias=False)
-    h = torch.randn(11, 16, requires_grad=True)
-    tgt = torch.randint(0, 50, (11,))
+    return head, torch.randn(11, 16, requires_grad=True), torch.randint(0, 50, (11,))
+
+
+def test_chunked_logprobs_match_full_log_softmax_with_grads() -> None:
+    head, h, tgt = _head_states_targets()
     # Chunks of 3 (4 chunks, the last one partial), temperature 0.7.
     lp, ent = chunked_logprobs(h, head, tgt, chunk=3, temperature=0.7)
     (lp.sum() + 0.1 * ent.sum()).backward()
@@ -55,10 +59,7 @@ def test_packed_and_padded_forward_agree_with_plain_hf() -> None:
 
 
 def test_entropy_as_a_metric_is_detached_and_spares_no_logprob_gradient() -> None:
-    torch.manual_seed(0)
-    head = torch.nn.Linear(16, 50, bias=False)
-    h = torch.randn(11, 16, requires_grad=True)
-    tgt = torch.randint(0, 50, (11,))
+    head, h, tgt = _head_states_targets()
     lp, ent = chunked_logprobs(h, head, tgt, chunk=3, temperature=0.7)
     lp.sum().backward()
     g_h = h.grad.clone()  # type: ignore[union-attr]
