@@ -19,6 +19,7 @@ AgentLoop runs once at start-up. It answers three questions:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,6 +96,7 @@ def probe_capabilities(chat: ChatTokenizer) -> Capabilities:
     probe = ChatTokenizer.__new__(ChatTokenizer)
     probe.__dict__.update(chat.__dict__)
     probe.tools, probe.inject_tools = list(tools), False
+    probe._prompts = OrderedDict()  # its own: other tools render other prompt ids
     u = Message.user("Hi.")
     notes: list[str] = []
     style = chat.style

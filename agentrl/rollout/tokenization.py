@@ -311,7 +311,10 @@ class ChatTokenizer:
 
         The last 256 prompts are remembered: a group's G episodes start from the same
         messages, and rendering plus encoding them was a quarter of the rollout event
-        loop's CPU in ``benchmarks/async_real.py``.
+        loop's CPU in ``benchmarks/async_real.py``. The key is the messages alone: what
+        else a render depends on (tools, ``inject_tools``, the call style, the template
+        arguments) is fixed once the tokenizer is built; a copy that changes them needs a
+        cache of its own.
         """
         key = repr(list(messages))
         ids = self._prompts.get(key)
