@@ -15,7 +15,9 @@ what async buys; ``benchmarks/async_speedup.py`` measures the long-tail case wit
 simulated generation and training.
 
 CPU sets: by default (``--pin 0:1:0``) the server runs on CPU 0 (``inference.cpus``), the
-trainer alone on CPU 1 (``trainer.cpus``, on a thread of its own) and the rollout side of
+trainer alone on CPU 1 (``trainer.cpus``, in a process of its own: ``--worker process``,
+``trainer.worker``; ``--worker thread`` keeps it on a thread of the training process, where
+its Python work waits for the GIL the event loop holds) and the rollout side of
 the training process (event loop, envs, local sandboxes) beside the server
 (``rollout.cpus``), so overlapping generation with training has hardware to overlap on.
 Sync then also runs with the rollout side on the trainer's CPU (row ``sync@trainer``, its
@@ -87,6 +89,7 @@ async def run_mode(
             *([f"trainer.cpus=[{a.trainer_cpus}]"] if a.trainer_cpus else []),
             *([f"rollout.cpus=[{rollout_cpus}]"] if rollout_cpus else []),
             *(["trainer.optim.lr=1e-12"] if a.frozen else []),
+            f"trainer.worker={a.worker}",
         ],
     )
     t0 = time.monotonic()
@@ -199,8 +202,10 @@ async def main_async(a: argparse.Namespace) -> None:
     print(
         "steady: tokens/s after the pipeline fill (from the end of step 2), against sync's; "
         "wait s: the trainer waiting for batches; loop / sbox: CPU seconds of the rollout "
-        "side's event loop and of its local sandboxes (evaluations included)"
-    )
+        "side's event loop and of its local sandboxes (evaluations included"
+        + ("; with --worker process, sbox also counts the trainer's process)" if a.worker ==
+           "process" else ")")
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -213,6 +218,11 @@ def main() -> None:
         "--pin", default="0:1:0" if len(os.sched_getaffinity(0)) >= 2 else "none",
         help="SERVER_CPUS:TRAINER_CPUS[:ROLLOUT_CPUS] (e.g. 0:1:0 or 0-3:4-7), or none; "
         "without ROLLOUT_CPUS the rollout side shares the trainer's",
+    )  # fmt: skip
+    p.add_argument(
+        "--worker", default="process", choices=["thread", "process"],
+        help="trainer.worker of every run: the trainer in a process of its own (its own GIL), "
+        "or on a thread of the training process",
     )  # fmt: skip
     asyncio.run(main_async(p.parse_args()))
 

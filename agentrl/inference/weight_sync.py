@@ -36,7 +36,14 @@ from agentrl.inference.router import Router, ServerState
 from agentrl.llm import LLMError
 from agentrl.watchdog import unwatch_path, watch_path
 
-__all__ = ["NcclWeightSync", "PauseMode", "SyncReport", "WeightSync", "write_safetensors"]
+__all__ = [
+    "NcclWeightSync",
+    "PauseMode",
+    "SyncReport",
+    "WeightSync",
+    "shm_base",
+    "write_safetensors",
+]
 
 PauseMode = Literal["keep", "wait", "abort"]
 
@@ -100,6 +107,11 @@ def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.glob("*.safetensors"))
 
 
+def shm_base() -> str:
+    """Where weight files go: ``/dev/shm`` (memory) when it exists, else the temp dir."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
 def _state_dict(weights: Any) -> Mapping[str, Any]:
     if hasattr(weights, "state_dict"):
         return dict(weights.state_dict())
@@ -134,7 +146,7 @@ class WeightSync:
         self.mode: PauseMode = mode
         self.timeout_s = timeout_s
         self.recover_timeout_s = recover_timeout_s
-        base = shm_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        base = shm_dir or shm_base()
         self._root = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=base))
         watch_path(self._root)  # removed by a watchdog if this process dies uncleanly
         self.version = max((s.weight_version for s in router.servers), default=0)

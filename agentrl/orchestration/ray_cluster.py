@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -279,8 +278,9 @@ def _kill(actors: Sequence[Any], pgs: Mapping[str, PlacementGroup]) -> None:
 
 def _weights_root() -> str:
     """A fresh directory name for pushed weights, the same on every node (shm when there)."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(base, f"agentrl-ray-{uuid.uuid4().hex[:10]}")
+    from agentrl.inference.weight_sync import shm_base
+
+    return os.path.join(shm_base(), f"agentrl-ray-{uuid.uuid4().hex[:10]}")
 
 
 def _absolute_spec(spec: str) -> str:

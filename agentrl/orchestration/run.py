@@ -48,6 +48,7 @@ from agentrl.orchestration.startup import (
 )
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.orchestration.trainer_memory import preflight_trainer_memory
+from agentrl.orchestration.trainer_process import ProcessTrainer
 from agentrl.orchestration.trainer_thread import ThreadedTrainer
 from agentrl.rewards import ScoredRunner
 from agentrl.rollout import AgentLoop, RolloutRunner
@@ -310,8 +311,6 @@ async def _train_local(
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None,
 ) -> RunResult:
-    from agentrl.trainer import Trainer
-
     cfg = prep.cfg
     if cfg.trainer.loss.name == "dpo" and cfg.trainer.dpo.pairs:  # a bad file fails here
         from agentrl.trainer.pairs_file import PairsFileError, load_pairs_file
@@ -328,20 +327,9 @@ async def _train_local(
             prep, await open_env_resources(prep.env_cls, cfg.env_kwargs, stack)
         )
         log_dir = str(prep.run.path / "logs")
-        # Every trainer call runs on one thread pinned to trainer.cpus (the event loop may be
-        # pinned elsewhere by rollout.cpus); built there too, so its torch state is that
-        # thread's. Closed after the fleet, once its current call returns.
-        thread = PinnedThread(cfg.trainer.cpus)
-        stack.callback(thread.close)
         fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
         stack.push_async_callback(fleet.close)
-        trainer = ThreadedTrainer(
-            await asyncio.to_thread(
-                thread.call,
-                Trainer, cfg.trainer, prep.model_dir, max_seq_len=cfg.rollout.max_total_tokens,
-            ),
-            thread,
-        )  # fmt: skip
+        trainer = await _start_trainer(cfg, prep.model_dir, stack)
         runner: GroupRunner
         if cfg.agent.solve:  # bring-your-own agent: episodes run through the gateway
             from agentrl.orchestration.agent_mode import make_agent_runner, open_gateway
@@ -379,6 +367,29 @@ async def _train_local(
             on_step=on_step,
             initial_push=load_start if cfg.inference.urls else None,
         )
+
+
+async def _start_trainer(
+    cfg: RunConfig, model_dir: str, stack: contextlib.AsyncExitStack
+) -> ThreadedTrainer | ProcessTrainer:
+    """The run's trainer, on ``trainer.worker``: a thread or a process of its own, pinned to
+    ``trainer.cpus`` (the event loop may be pinned elsewhere by ``rollout.cpus``); closed
+    with ``stack``."""
+    max_seq_len = cfg.rollout.max_total_tokens
+    if cfg.trainer.worker == "process":
+        proc = await ProcessTrainer.start(cfg.trainer, model_dir, max_seq_len=max_seq_len)
+        stack.callback(proc.close)
+        return proc
+    from agentrl.trainer import Trainer
+
+    # Every trainer call runs on this thread; built there too, so its torch state is that
+    # thread's. Closed once its current call returns.
+    thread = PinnedThread(cfg.trainer.cpus)
+    stack.callback(thread.close)
+    built = await asyncio.to_thread(
+        thread.call, Trainer, cfg.trainer, model_dir, max_seq_len=max_seq_len
+    )
+    return ThreadedTrainer(built, thread)
 
 
 async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:

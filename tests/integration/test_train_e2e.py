@@ -53,13 +53,17 @@ def _train_lines(run: Path) -> list[dict]:
     return [m for m in RunDir(run).metrics() if m["kind"] == "train"]
 
 
-@pytest.mark.parametrize("mode", ["sync", "one_step_off", "fully_async"])
-async def test_short_training_in_each_mode(untrained_model_dir, server_url, tmp_path, mode):
+@pytest.mark.parametrize(
+    ("mode", "worker"),
+    [("sync", "thread"), ("one_step_off", "thread"), ("fully_async", "thread"),
+     ("fully_async", "process")],
+)  # fmt: skip
+async def test_short_training_in_each_mode(untrained_model_dir, server_url, tmp_path, mode, worker):
     cfg = load_config(
         None,
         _overrides(
             untrained_model_dir, server_url, tmp_path, steps=2, run_name=mode,
-            **{"orchestration.mode": mode},
+            **{"orchestration.mode": mode, "trainer.worker": worker},
         ),
     )  # fmt: skip
     result = await train(cfg, say=lambda _m: None)
@@ -91,13 +95,15 @@ def _indices(run: Path, step: int) -> set[int]:
     return {int(t.group_id.split(":")[1]) for t in read_trajectories(path)}
 
 
-@pytest.mark.parametrize("mode", ["sync", "fully_async"])
+@pytest.mark.parametrize(
+    ("mode", "worker"), [("sync", "thread"), ("fully_async", "thread"), ("sync", "process")]
+)
 def test_resume_continues_without_losing_or_repeating_tasks(
-    untrained_model_dir, server_url, tmp_path, mode
+    untrained_model_dir, server_url, tmp_path, mode, worker
 ):
     args = _overrides(
         untrained_model_dir, server_url, tmp_path, steps=1, run_name="r",
-        **{"orchestration.mode": mode},
+        **{"orchestration.mode": mode, "trainer.worker": worker},
     )  # fmt: skip
     first = train_from_cli(None, args, None, lambda _m: None)
     assert first.steps_done == 1
@@ -151,18 +157,23 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "agentrl.cli", "train", *args]
 
 
-def test_sigint_checkpoints_and_exits_cleanly(untrained_model_dir, server_url, tmp_path):
-    args = _overrides(untrained_model_dir, server_url, tmp_path, steps=200, run_name="s")
-    proc = subprocess.Popen(
-        _cli(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_sigint_checkpoints_and_exits_cleanly(untrained_model_dir, server_url, tmp_path, worker):
+    args = _overrides(
+        untrained_model_dir, server_url, tmp_path, steps=200, run_name="s",
+        **{"trainer.worker": worker},
+    )  # fmt: skip
+    proc = subprocess.Popen(  # a group of its own, as a terminal's foreground job
+        _cli(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     run = tmp_path / "s"
     deadline = time.monotonic() + 600
     while not (run / "metrics.jsonl").exists() or not _train_lines(run):
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         assert time.monotonic() < deadline, "no training step within 600 s"
         time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole group (a trainer process too)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert "--resume" in out
