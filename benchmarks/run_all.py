@@ -48,6 +48,12 @@ BENCHMARKS = [
     "benchmarks.gateway",
 ]
 
+# Arguments of the full run (``make bench``).
+FULL_ARGS: dict[str, list[str]] = {
+    # Equal workloads in every mode (lr 1e-12): the speedup measures the overlap alone.
+    "benchmarks.async_real": ["--frozen"],
+}
+
 # Smaller sizes for ``--quick``: figures from these are for iteration, not tracking.
 QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.rollout_overhead": ["--episodes", "200", "--turns", "4"],
@@ -249,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = []
     for name in modules:
         print(f"\n=== {name}", flush=True)
-        outcomes.append(run_one(name, QUICK_ARGS.get(name, []) if a.quick else []))
+        args = QUICK_ARGS.get(name, []) if a.quick else FULL_ARGS.get(name, [])
+        outcomes.append(run_one(name, args))
     print(f"\n=== summary{' (--quick sizes)' if a.quick else ''}")
     print(table(outcomes))
     a.json.parent.mkdir(parents=True, exist_ok=True)

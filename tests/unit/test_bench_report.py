@@ -177,6 +177,18 @@ def test_quick_passes_smaller_sizes(
     assert json.loads((tmp_path / "r.json").read_text())["quick"] is True
 
 
+def test_a_full_run_passes_the_full_arguments(
+    fakes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(run_all.FULL_ARGS, "fakebench.ok", ["--tiny"])
+    run_all.main(["--only", "fakebench.ok", "--json", str(tmp_path / "r.json")])
+    assert "args ['--tiny']" in capsys.readouterr().out
+    for module, args in run_all.FULL_ARGS.items():  # flags the benchmarks really accept
+        if module in run_all.BENCHMARKS:
+            src = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+            assert all(f'"{flag}"' in src for flag in args if flag.startswith("--")), module
+
+
 def test_only_resolves_short_names_and_rejects_unknown() -> None:
     assert run_all.resolve("parsers, templates") == ["benchmarks.parsers", "benchmarks.templates"]
     with pytest.raises(SystemExit, match="unknown benchmark 'nope'"):
