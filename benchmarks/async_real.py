@@ -36,8 +36,10 @@ per step differ by mode. ``--frozen`` trains with a learning rate of 1e-12 (Adam
 each weight by ~1e-12 per step): every mode then samples the same distribution, and the
 speedup measures the overlap alone; the rewards are then those of the starting model.
 
-Run: ``python -m benchmarks.async_real [--steps 24] [--frozen]`` (about 1.5 minutes per
-mode on 2 cores). 24 steps by default: an async mode pays its pipeline fill once per run,
+Run: ``python -m benchmarks.async_real [--steps 24] [--frozen] [--repeats 3]`` (about 1.5
+minutes per mode and round on 2 cores). ``--repeats N`` runs N rounds of every mode,
+interleaved (sync, …, fully_async, sync, …), and prints medians, each ratio paired within
+its round: on a shared machine, throughput drifts by ±5–10% between runs minutes apart. 24 steps by default: an async mode pays its pipeline fill once per run,
 and at 12 steps (the earlier default) that one batch weighs twice as much as in a run of
 24, and far more than in a real run of hundreds of steps.
 """
@@ -144,18 +146,33 @@ async def main_async(a: argparse.Namespace) -> None:
         server = VLLMServer(server_config(base, model, tmp))
         await server.start()
         try:
-            rows = {}
             # With the rollout side on its own CPUs, sync also runs with it on the trainer's
             # (sync@trainer): sync's best placement, since its generate phase leaves the
             # trainer's CPUs idle, while the rollout side beside the server slows it.
             runs = [(m, a.rollout_cpus) for m in a.modes]
             if a.rollout_cpus and "sync" in a.modes:
                 runs.insert(1, ("sync@trainer", ""))
-            for m, cpus in runs:
-                rows[m] = await run_mode(m, server.url, Path(tmp), a, cpus)
-                print(m, {k: round(v, 3) for k, v in rows[m].items()}, flush=True)
+            # Rounds interleave the modes, so a slow spell of a shared machine hits every
+            # mode of a round; ratios are taken within a round, then the median over rounds.
+            rounds: list[dict[str, dict[str, float]]] = []
+            for i in range(a.repeats):
+                rounds.append({})
+                for m, cpus in runs:
+                    row = await run_mode(m, server.url, Path(tmp) / f"round{i}", a, cpus)
+                    rounds[i][m] = row
+                    print(f"round {i + 1}/{a.repeats}", m, {k: round(v, 3) for k, v in row.items()})
         finally:
             await server.stop()
+    rows = {
+        m: {k: statistics.median(r[m][k] for r in rounds) for k in first}
+        for m, first in rounds[0].items()
+    }
+
+    def paired(m: str, key: str, base: str, *, inverse: bool = False) -> float:
+        """Median over rounds of ``m``'s ``key`` over ``base``'s (``base`` over ``m``'s)."""
+        q = [r[m][key] / r[base][key] for r in rounds]
+        return statistics.median([1 / x for x in q] if inverse else q)
+
     cfg = base.rollout
     print(
         f"retool (tiny level), tiny default model, 1 vLLM-CPU server: {a.steps} steps x "
@@ -163,16 +180,18 @@ async def main_async(a: argparse.Namespace) -> None:
         f"{a.server_cpus or 'all'}/{a.trainer_cpus or 'all'}/"
         f"{a.rollout_cpus or a.trainer_cpus or 'all'}"
         + ("; frozen policy (lr 1e-12)" if a.frozen else "")
+        + (f"; median of {a.repeats} interleaved rounds" if a.repeats > 1 else "")
     )
     head = f"{'mode':13} {'wall s':>7} {'tok/s':>7} {'speedup':>8} {'steps':>6} {'steady':>7} "
     head += f"{'gen':>5} "
     head += f"{'train':>5} {'sync':>5} {'wait s':>6} {'loop':>5} {'sbox':>5} "
     print(head + f"{'stale':>5} {'reward':>7} {'success':>13}")
     ref, best = rows.get("sync"), rows.get("sync@trainer")
+    nan = float("nan")
     for m, r in rows.items():
-        speed = r["tok_per_s"] / ref["tok_per_s"] if ref else float("nan")  # equal tokens
-        steps = ref["wall_s"] / r["wall_s"] if ref else float("nan")  # equal steps
-        steady = r["steady_tok_per_s"] / ref["steady_tok_per_s"] if ref else float("nan")
+        speed = paired(m, "tok_per_s", "sync") if ref else nan  # equal tokens
+        steps = paired(m, "wall_s", "sync", inverse=True) if ref else nan  # equal steps
+        steady = paired(m, "steady_tok_per_s", "sync") if ref else nan
         print(
             f"{m:13} {r['wall_s']:7.1f} {r['tok_per_s']:7.0f} {speed:7.2f}x {steps:5.2f}x "
             f"{steady:6.2f}x "
@@ -196,11 +215,18 @@ async def main_async(a: argparse.Namespace) -> None:
             if best:  # against sync in its own best placement: the stricter baseline
                 report(
                     f"{m}_speedup_vs_sync_at_trainer_cpus",
-                    r["tok_per_s"] / best["tok_per_s"],
+                    paired(m, "tok_per_s", "sync@trainer"),
                     target=target,
                     unit="x",
                     baseline=best["tok_per_s"],
                 )
+    if a.repeats > 1 and ref:
+        for m in rows:
+            if not m.startswith("sync"):
+                each = " ".join(
+                    f"{r[m]['tok_per_s'] / r['sync']['tok_per_s']:.2f}x" for r in rounds
+                )
+                print(f"{m} speedup per round: {each}")
     print(
         "steady: tokens/s after the pipeline fill (from the end of step 2), against sync's; "
         "wait s: the trainer waiting for batches; loop / sbox: CPU seconds of the rollout "
@@ -213,6 +239,10 @@ async def main_async(a: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=24)
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="rounds of every mode, interleaved; figures are medians, ratios paired by round",
+    )  # fmt: skip
     p.add_argument("--eval-tasks", type=int, default=64)
     p.add_argument("--frozen", action="store_true", help="lr 1e-12: equal workloads, overlap alone")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))

@@ -50,8 +50,9 @@ BENCHMARKS = [
 
 # Arguments of the full run (``make bench``).
 FULL_ARGS: dict[str, list[str]] = {
-    # Equal workloads in every mode (lr 1e-12): the speedup measures the overlap alone.
-    "benchmarks.async_real": ["--frozen"],
+    # Equal workloads in every mode (lr 1e-12): the speedup measures the overlap alone;
+    # three interleaved rounds, ratios paired within a round (about 20 minutes).
+    "benchmarks.async_real": ["--frozen", "--repeats", "3"],
 }
 
 # Smaller sizes for ``--quick``: figures from these are for iteration, not tracking.
