@@ -39,9 +39,10 @@ speedup measures the overlap alone; the rewards are then those of the starting m
 Run: ``python -m benchmarks.async_real [--steps 24] [--frozen] [--repeats 3]`` (about 1.5
 minutes per mode and round on 2 cores). ``--repeats N`` runs N rounds of every mode,
 interleaved (sync, …, fully_async, sync, …), and prints medians, each ratio paired within
-its round: on a shared machine, throughput drifts by ±5–10% between runs minutes apart. 24 steps by default: an async mode pays its pipeline fill once per run,
-and at 12 steps (the earlier default) that one batch weighs twice as much as in a run of
-24, and far more than in a real run of hundreds of steps.
+its round: on a shared machine, throughput drifts by ±5–10% between runs minutes apart.
+24 steps by default: an async mode pays its pipeline fill once per run, and at 12 steps
+(the earlier default) that one batch weighs twice as much as in a run of 24, and far more
+than in a real run of hundreds of steps.
 """
 
 from __future__ import annotations

@@ -52,10 +52,13 @@ class TrainerLike(Protocol):
 
     def step(self, trajectories: list[Trajectory]) -> dict[str, float]: ...
 
-    def state_dict_for_inference(self) -> dict[str, Any]: ...
+    def state_dict_for_inference(self) -> Any:
+        """The weights as the run's push takes them: a state dict, a directory of
+        safetensors (a trainer process) or a handle (Ray's object store)."""
+        ...
 
 
-SyncWeights = Callable[[dict[str, Any], PauseMode], Awaitable[int]]
+SyncWeights = Callable[[Any, PauseMode], Awaitable[int]]
 """``await sync(weights, pause_mode) -> new weight version``."""
 
 

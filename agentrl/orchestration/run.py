@@ -78,11 +78,11 @@ async def drive(
     runner: GroupRunner,
     trainer: Any,
     llm: LLMClient,
-    push: Callable[[dict[str, Any], PauseMode], Awaitable[int]],
+    push: Callable[[Any, PauseMode], Awaitable[int]],
     resume: bool,
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None = None,
-    initial_push: Callable[[dict[str, Any]], Awaitable[int]] | None = None,
+    initial_push: Callable[[Any], Awaitable[int]] | None = None,
 ) -> RunResult:
     """Evaluates, trains with the :class:`Driver`, checkpoints and evaluates again.
 
@@ -103,7 +103,7 @@ async def drive(
     """
     cfg, run = prep.cfg, prep.run
 
-    async def sync(weights: dict[str, Any], mode: PauseMode) -> int:
+    async def sync(weights: Any, mode: PauseMode) -> int:
         try:
             return await push(weights, mode)
         except Exception as e:
@@ -349,10 +349,10 @@ async def _train_local(
             stack.push_async_callback(rm.close)
             runner = ScoredRunner(runner, rm.scorer)
 
-        async def push(weights: dict[str, Any], mode: PauseMode) -> int:
+        async def push(weights: Any, mode: PauseMode) -> int:
             return int((await fleet.sync_weights(weights, mode=mode)).version)
 
-        async def load_start(weights: dict[str, Any]) -> int:  # attached servers: same version
+        async def load_start(weights: Any) -> int:  # attached servers: same version
             report = await fleet.sync_weights(weights, mode="wait", version=fleet.weight_version)
             return int(report.version)
 
