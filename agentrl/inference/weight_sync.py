@@ -41,6 +41,8 @@ __all__ = [
     "PauseMode",
     "SyncReport",
     "WeightSync",
+    "new_weights_dir",
+    "remove_weights_dir",
     "shm_base",
     "write_safetensors",
 ]
@@ -112,6 +114,20 @@ def shm_base() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def new_weights_dir(prefix: str, base: str | None = None) -> Path:
+    """A fresh directory for weight files in ``base`` (default :func:`shm_base`), removed
+    by the watchdog if this process dies before :func:`remove_weights_dir`."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=base or shm_base()))
+    watch_path(path)
+    return path
+
+
+def remove_weights_dir(path: Path) -> None:
+    """Deletes a :func:`new_weights_dir` directory and unregisters it (idempotent)."""
+    shutil.rmtree(path, ignore_errors=True)
+    unwatch_path(path)
+
+
 def _state_dict(weights: Any) -> Mapping[str, Any]:
     if hasattr(weights, "state_dict"):
         return dict(weights.state_dict())
@@ -146,17 +162,14 @@ class WeightSync:
         self.mode: PauseMode = mode
         self.timeout_s = timeout_s
         self.recover_timeout_s = recover_timeout_s
-        base = shm_dir or shm_base()
-        self._root = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=base))
-        watch_path(self._root)  # removed by a watchdog if this process dies uncleanly
+        self._root = new_weights_dir("agentrl-weights-", shm_dir)
         self.version = max((s.weight_version for s in router.servers), default=0)
         self.weights_path: Path | None = None
         self._lock = asyncio.Lock()
 
     def close(self) -> None:
         """Deletes the weight files (idempotent)."""
-        shutil.rmtree(self._root, ignore_errors=True)
-        unwatch_path(self._root)
+        remove_weights_dir(self._root)
 
     async def push(
         self, weights: Any, *, mode: PauseMode | None = None, version: int | None = None

@@ -43,7 +43,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -51,11 +50,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from agentrl.inference.weight_sync import shm_base
+from agentrl.inference.weight_sync import new_weights_dir, remove_weights_dir
 from agentrl.orchestration.startup import ComponentError
 from agentrl.trainer.config import TrainerConfig
 from agentrl.types import Trajectory
-from agentrl.watchdog import unwatch_path, watch_path
 
 __all__ = ["ProcessTrainer", "TrainerProcessError", "for_trainer"]
 
@@ -101,8 +99,7 @@ class ProcessTrainer:
         self._proc = proc
         self._conn = conn
         self.weights_dir = weights_dir
-        self._lock = threading.Lock()
-        self._busy = False
+        self._lock = threading.Lock()  # held for the whole of a call
         self._closed = False
 
     @classmethod
@@ -168,18 +165,14 @@ class ProcessTrainer:
         with self._lock:
             if self._closed:
                 raise TrainerProcessError(f"trainer process: {name} after close()")
-            self._busy = True
             try:
-                try:
-                    self._conn.send((name, args, kwargs))
-                    status, value, tb = self._conn.recv()
-                except (EOFError, OSError) as e:
-                    what = "start-up" if name == "__init__" else name
-                    raise TrainerProcessError(
-                        f"the trainer process died during {what} ({self._ended()})"
-                    ) from e
-            finally:
-                self._busy = False
+                self._conn.send((name, args, kwargs))
+                status, value, tb = self._conn.recv()
+            except (EOFError, OSError) as e:
+                what = "start-up" if name == "__init__" else name
+                raise TrainerProcessError(
+                    f"the trainer process died during {what} ({self._ended()})"
+                ) from e
         if status == "ok":
             return value
         if isinstance(value, BaseException):
@@ -206,7 +199,7 @@ class ProcessTrainer:
         if self._closed:
             return
         self._closed = True
-        if not self._busy and self._lock.acquire(blocking=False):
+        if self._lock.acquire(blocking=False):  # idle
             try:
                 with contextlib.suppress(OSError, ValueError):
                     self._conn.send(("__exit__", (), {}))
@@ -220,16 +213,13 @@ class ProcessTrainer:
             self._proc.kill()
         self._proc.wait()
         self._conn.close()
-        shutil.rmtree(self.weights_dir, ignore_errors=True)
-        unwatch_path(self.weights_dir)
+        remove_weights_dir(self.weights_dir)
 
 
 def _spawn(shm_dir: str | None) -> tuple[subprocess.Popen[bytes], Connection, Path]:
     """Makes the weight directory (watched) and starts the child with one end of a socket
     pair; returns the child, our end and the directory."""
-    base = shm_dir or shm_base()
-    weights_dir = Path(tempfile.mkdtemp(prefix="agentrl-trainer-weights-", dir=base))
-    watch_path(weights_dir)  # removed by the watchdog if this process dies uncleanly
+    weights_dir = new_weights_dir("agentrl-trainer-weights-", shm_dir)
     ours, theirs = socket.socketpair()
     try:
         proc = subprocess.Popen(
@@ -239,8 +229,7 @@ def _spawn(shm_dir: str | None) -> tuple[subprocess.Popen[bytes], Connection, Pa
         )  # fmt: skip
     except BaseException:
         ours.close()
-        shutil.rmtree(weights_dir, ignore_errors=True)
-        unwatch_path(weights_dir)
+        remove_weights_dir(weights_dir)
         raise
     finally:
         theirs.close()
