@@ -35,6 +35,12 @@ class SandboxPool:
             ``TimeoutError`` (``None``: forever).
         prestart: How many sandboxes ``start`` starts (``None``: ``size``); below ``size``,
             an ``acquire`` that finds none idle starts one more instead of waiting.
+        warm: How many more ``start`` then starts in the background, ``warm_concurrency``
+            at a time, up to ``size`` in all: warm before episodes need them, without
+            holding ``start`` up (e.g. while inference servers boot). One that fails to
+            start is logged and counted in ``failures``; an episode's acquire still starts
+            its own where there is room.
+        warm_concurrency: Background starts at once.
     """
 
     def __init__(
@@ -45,15 +51,23 @@ class SandboxPool:
         max_uses: int | None = None,
         acquire_timeout_s: float | None = 300.0,
         prestart: int | None = None,
+        warm: int = 0,
+        warm_concurrency: int = 4,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be >= 1, got {size}")
         if prestart is not None and not 0 <= prestart <= size:
             raise ValueError(f"prestart must be in [0, size={size}], got {prestart}")
+        if warm < 0 or warm_concurrency < 1:
+            raise ValueError(
+                f"need warm >= 0 and warm_concurrency >= 1, got {warm} and {warm_concurrency}"
+            )
         self._factory = factory
         self.size = size
         self._prestart = size if prestart is None else prestart
-        self._growing = 0  # sandboxes an acquire is starting (counted against size)
+        self._warm = min(warm, size - self._prestart)
+        self._warm_concurrency = warm_concurrency
+        self._growing = 0  # sandboxes an acquire or the warm-up is starting (counted in size)
         self._max_uses = max_uses
         self._acquire_timeout_s = acquire_timeout_s
         self._idle: asyncio.Queue[Sandbox] = asyncio.Queue()
@@ -85,6 +99,31 @@ class SandboxPool:
                 await self._close_idle()
                 raise SandboxError(f"{len(errors)}/{n} sandboxes failed to start") from errors[0]
             self._started = True
+            if self._warm:
+                self._spawn(self._warm_up(self._warm))
+
+    async def _warm_up(self, n: int) -> None:
+        """Starts up to ``n`` sandboxes in the background, while the pool has room."""
+        gate = asyncio.Semaphore(self._warm_concurrency)
+
+        async def one() -> None:
+            async with gate:
+                if self._closed or len(self._owned) + self._growing >= self.size:
+                    return
+                self._growing += 1
+                try:
+                    sb = await self._new()
+                except Exception as e:
+                    log.warning("could not start a sandbox ahead of use: %s", e)
+                    return
+                finally:
+                    self._growing -= 1
+                if self._closed:
+                    await self._retire(sb)
+                else:
+                    self._idle.put_nowait(sb)
+
+        await asyncio.gather(*(one() for _ in range(n)))
 
     async def _new(self) -> Sandbox:
         sb = self._factory()

@@ -252,12 +252,18 @@ def test_run_resources_only_without_a_given_sandbox_source() -> None:
     reason="LocalSandbox needs root and util-linux unshare",
 )
 async def test_a_run_lends_warm_local_sandboxes_from_one_pool_and_closes_it() -> None:
-    """Two episodes in turn get the one warm sandbox (reset between them: the first's file
-    is gone); the pool's sandboxes are closed when the run's scope ends."""
+    """The pool's sandbox starts before any episode asks for it; two episodes in turn get
+    it (reset between them: the first's file is gone); it is closed when the run's scope
+    ends."""
     scope = RetoolEnv.run_resources(sandbox_pool_size=1)
     assert scope is not None
     async with scope as extra:
         pool = extra["sandbox_pool"]
+        for _ in range(500):  # warmed in the background
+            if pool.metrics["idle"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert (pool.metrics["idle"], pool.metrics["acquired"]) == (1, 0)
         printed = []
         for code in ("open('/tmp/mark', 'w').write('x'); print('made')",
                      "import os; print(os.path.exists('/tmp/mark'))"):  # fmt: skip

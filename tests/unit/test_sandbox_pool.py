@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Callable
 from typing import ClassVar, Self
 
 import pytest
@@ -220,3 +221,53 @@ async def test_local_pool_replaces_a_dead_sandbox() -> None:
         async with pool.acquire() as fresh:
             assert fresh is not sb and (await fresh.exec("echo ok")).stdout == "ok\n"
         assert pool.metrics["replaced"] == 1 and pool.metrics["created"] == 2
+
+
+async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def test_warm_starts_the_rest_in_the_background_and_episodes_take_them() -> None:
+    async with SandboxPool(FakeSandbox, size=3, prestart=1, warm=5) as pool:
+        assert pool.metrics["created"] == 1  # start waited for the prestarted one only
+        await _until(lambda: pool.metrics["idle"] == 3)
+        async with pool.acquire(), pool.acquire(), pool.acquire():
+            pass
+        assert pool.metrics["created"] == 3  # warm is capped at size; none started on demand
+    with pytest.raises(ValueError, match="warm"):
+        SandboxPool(FakeSandbox, size=2, warm=-1)
+
+
+async def test_a_warm_start_that_fails_is_counted_and_an_episode_starts_its_own() -> None:
+    calls = 0
+
+    def factory() -> FakeSandbox:
+        nonlocal calls
+        calls += 1
+        return FakeSandbox(fail_start=calls == 1)  # the warm-up's one start fails
+
+    async with SandboxPool(factory, size=1, prestart=0, warm=1) as pool:
+        await _until(lambda: pool.metrics["failures"] == 1)
+        async with pool.acquire() as sb:
+            assert sb.alive and pool.metrics["created"] == 1
+
+
+class SlowSandbox(FakeSandbox):
+    async def start(self) -> None:
+        await asyncio.sleep(0.2)
+        await super().start()
+
+
+async def test_closing_during_the_warm_up_closes_every_sandbox_it_started() -> None:
+    FakeSandbox.made.clear()
+    pool = SandboxPool(SlowSandbox, size=8, prestart=0, warm=8, warm_concurrency=2)
+    await pool.start()
+    await asyncio.sleep(0.3)  # the first two are up, the next two starting
+    await pool.close()
+    assert len(FakeSandbox.made) == 4
+    assert all(sb.closed for sb in FakeSandbox.made)
+    assert pool.metrics["created"] == 2 and pool.metrics["closed"] == 2
