@@ -31,7 +31,9 @@ def test_frozen_heap_keeps_collections_off_the_objects_alive_at_entry() -> None:
         assert not any(o is old for o in gc.get_objects())  # no generation walks it
         young = weakref.ref(_Cycle())  # garbage made during the block is still collected
         gc.collect()
-        assert young() is None and gc.get_freeze_count() == frozen
+        # The collection leaves the frozen objects frozen; a few of them may die meanwhile
+        # (refcounts still free them), e.g. as another thread of the test process moves on.
+        assert young() is None and frozen - 100 <= gc.get_freeze_count() <= frozen
     assert gc.get_freeze_count() == 0  # back in the oldest generation
     assert any(o is old for o in gc.get_objects(generation=2))
 
