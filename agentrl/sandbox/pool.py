@@ -118,10 +118,7 @@ class SandboxPool:
                     return
                 finally:
                     self._growing -= 1
-                if self._closed:
-                    await self._retire(sb)
-                else:
-                    self._idle.put_nowait(sb)
+                await self._shelve(sb)
 
         await asyncio.gather(*(one() for _ in range(n)))
 
@@ -213,11 +210,15 @@ class SandboxPool:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue
-            if self._closed:
-                await self._retire(sb)
-            else:
-                self._idle.put_nowait(sb)
+            await self._shelve(sb)
             return
+
+    async def _shelve(self, sb: Sandbox) -> None:
+        """Puts a fresh sandbox with the idle ones, or retires it once the pool is closed."""
+        if self._closed:
+            await self._retire(sb)
+        else:
+            self._idle.put_nowait(sb)
 
     async def _retire(self, sb: Sandbox) -> None:
         if self._owned.pop(id(sb), None) is None:

@@ -266,7 +266,7 @@ async def test_closing_during_the_warm_up_closes_every_sandbox_it_started() -> N
     FakeSandbox.made.clear()
     pool = SandboxPool(SlowSandbox, size=8, prestart=0, warm=8, warm_concurrency=2)
     await pool.start()
-    await asyncio.sleep(0.3)  # the first two are up, the next two starting
+    await _until(lambda: pool.metrics["created"] == 2)  # the next two start (0.2 s each)
     await pool.close()
     assert len(FakeSandbox.made) == 4
     assert all(sb.closed for sb in FakeSandbox.made)
