@@ -256,17 +256,20 @@ async def test_a_warm_start_that_fails_is_counted_and_an_episode_starts_its_own(
             assert sb.alive and pool.metrics["created"] == 1
 
 
-class SlowSandbox(FakeSandbox):
+class StuckSandbox(FakeSandbox):
+    """Starts at once for the first two made; every later one hangs in ``start``."""
+
     async def start(self) -> None:
-        await asyncio.sleep(0.2)
+        if FakeSandbox.made.index(self) >= 2:
+            await asyncio.Event().wait()
         await super().start()
 
 
 async def test_closing_during_the_warm_up_closes_every_sandbox_it_started() -> None:
     FakeSandbox.made.clear()
-    pool = SandboxPool(SlowSandbox, size=8, prestart=0, warm=8, warm_concurrency=2)
+    pool = SandboxPool(StuckSandbox, size=8, prestart=0, warm=8, warm_concurrency=2)
     await pool.start()
-    await _until(lambda: pool.metrics["created"] == 2)  # the next two start (0.2 s each)
+    await _until(lambda: len(FakeSandbox.made) == 4)  # two started, two hang in start
     await pool.close()
     assert len(FakeSandbox.made) == 4
     assert all(sb.closed for sb in FakeSandbox.made)
