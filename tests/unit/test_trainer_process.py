@@ -43,11 +43,15 @@ def _start(model: Path, cfg: TrainerConfig = CFG, **kw: object) -> ProcessTraine
 
 
 def _gone(pid: int, within_s: float) -> bool:
+    """``pid`` has exited within ``within_s``: no such process, or a zombie (an orphan
+    exits before the machine's init reaps it)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
             return True
         time.sleep(0.05)
     return False
