@@ -56,6 +56,16 @@ def _ppid(pid: int) -> int:
         return 0
 
 
+def alive(pid: int) -> bool:
+    """``pid`` is a running process: it exists and has not exited (a zombie, exited and
+    not yet reaped, e.g. an orphan the machine's init has not waited for, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 

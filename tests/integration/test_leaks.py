@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration import docker_fixtures
+from tests.leak_check import alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 docker_image = docker_fixtures.docker_image
@@ -64,14 +65,6 @@ def _within(timeout_s: float, check: Callable[[], object]) -> object:
     return left
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_a_sigkilled_run_leaves_no_server_shm_weights_or_container(
     untrained_model_dir: Path, docker_image: str, tmp_path: Path
 ) -> None:
@@ -95,7 +88,7 @@ def test_a_sigkilled_run_leaves_no_server_shm_weights_or_container(
         proc.wait(10)
 
     pids = [got["reaper"], *got["members"]]
-    assert not _within(60, lambda: [p for p in pids if _alive(p)]), "server processes left"
+    assert not _within(60, lambda: [p for p in pids if alive(p)]), "server processes left"
     assert not _within(30, lambda: [s for s in got["shm"] if os.path.exists(s)])
     assert not _within(30, weights.exists), f"{weights} left"
     client = docker.from_env(timeout=30)

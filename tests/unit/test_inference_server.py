@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from agentrl.inference.server import ServerConfig, ServerStartError, VLLMServer, check_model_dir
+from tests.leak_check import alive
 
 
 def _model_dir(tmp_path, template: bool):
@@ -74,15 +74,6 @@ def test_cpu_servers_run_without_chunked_prefill(tmp_path):
     assert "--no-enable-chunked-prefill" not in gpu.command()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
-
-
 def test_reaper_takes_the_tree_down_when_its_parent_dies(tmp_path):
     pidfile = tmp_path / "pids"
     # parent -> reaper -> bash -> (sleep, sleep); the parent is SIGKILLed.
@@ -101,10 +92,10 @@ def test_reaper_takes_the_tree_down_when_its_parent_dies(tmp_path):
     ):
         time.sleep(0.1)
     pids = [int(p) for p in pidfile.read_text().split()]
-    assert all(_alive(p) for p in pids)
+    assert all(alive(p) for p in pids)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)

@@ -31,6 +31,7 @@ from agentrl.orchestration.trainer_process import (
 )
 from agentrl.trainer import Trainer, TrainerConfig
 from agentrl.trainer.checkpoint import CheckpointError
+from tests.leak_check import alive
 from tests.unit.test_trainer_fixtures import random_batch, tiny_model_dir
 
 torch.set_num_threads(2)
@@ -43,15 +44,10 @@ def _start(model: Path, cfg: TrainerConfig = CFG, **kw: object) -> ProcessTraine
 
 
 def _gone(pid: int, within_s: float) -> bool:
-    """``pid`` has exited within ``within_s``: no such process, or a zombie (an orphan
-    exits before the machine's init reaps it)."""
+    """``pid`` has exited (or is a zombie) within ``within_s``."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
+        if not alive(pid):
             return True
         time.sleep(0.05)
     return False
