@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import resource
 import statistics
@@ -228,13 +229,11 @@ async def main_async(a: argparse.Namespace) -> None:
                     baseline=best["steady_tok_per_s"],
                 )
     if a.repeats > 1 and ref:
-        for m in rows:
-            for base in ("sync", "sync@trainer") if not m.startswith("sync") else ():
-                if base in rows:
-                    each = " ".join(
-                        f"{r[m]['tok_per_s'] / r[base]['tok_per_s']:.2f}x" for r in rounds
-                    )
-                    print(f"{m} speedup over {base} per round: {each}")
+        async_modes = [m for m in rows if not m.startswith("sync")]
+        for m, base in itertools.product(async_modes, ["sync", "sync@trainer"]):
+            if base in rows:
+                each = " ".join(f"{r[m]['tok_per_s'] / r[base]['tok_per_s']:.2f}x" for r in rounds)
+                print(f"{m} speedup over {base} per round: {each}")
     print(
         "steady: tokens/s after the pipeline fill (from the end of step 2), against sync's; "
         "wait s: the trainer waiting for batches; loop / sbox: CPU seconds of the rollout "
