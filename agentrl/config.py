@@ -246,7 +246,14 @@ class OrchestrationConfig(_Strict):
         "training on n; fully_async: a stream of episodes with a staleness bound.",
     )
     max_staleness: int = Field(
-        1, ge=0, description="fully_async: most weight versions a trained episode may lag."
+        1,
+        ge=0,
+        description="fully_async: most weight versions a group may start ahead of the step "
+        "that trains it, counted in started groups (AReaL's max_head_offpolicyness): group g "
+        "starts only once the servers hold the weights of step g // tasks_per_step - this. "
+        "Groups train in the order they finish, so a straggler trained later carries older "
+        "tokens (with partial_rollout only the tokens it made before each push): "
+        "staleness/max reports the real lag.",
     )
     partial_rollout: bool = Field(
         True, description="fully_async: keep in-flight episodes across a weight sync."

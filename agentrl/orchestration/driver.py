@@ -4,14 +4,16 @@
 * ``one_step_off``: generate batch n+1 (with the weights of step n-1) while
   training on batch n; push the weights between batches.
 * ``fully_async``: a producer keeps episodes running and puts finished groups in
-  a bounded buffer; the trainer takes a batch when enough is there. The producer
-  may not start a group more than ``max_staleness`` weight versions ahead of the
-  trainer. With ``partial_rollout`` a weight sync freezes in-flight requests
-  (pause mode ``keep``) and they continue on the new weights; every token records
-  the version that produced it. With ``overlap_push`` the trainer snapshots its
-  weights and trains on the next batch while the servers load them (AReaL's
-  decoupled weight update); a group still starts only within ``max_staleness`` of
-  the weights the servers hold.
+  a bounded buffer; the trainer takes a batch when enough is there, in the order
+  groups finish. The producer may not start a group more than ``max_staleness``
+  weight versions ahead of the step that trains it (a bound on starts, as AReaL's
+  ``max_head_offpolicyness``): a straggler finishing after later groups is trained
+  later and lags more, which ``staleness/max`` reports. With ``partial_rollout`` a
+  weight sync freezes in-flight requests (pause mode ``keep``) and they continue on
+  the new weights; every token records the version that produced it. With
+  ``overlap_push`` the trainer snapshots its weights and trains on the next batch
+  while the servers load them (AReaL's decoupled weight update); a group still
+  starts only within ``max_staleness`` of the weights the servers hold.
 
 Nothing is dropped silently: every discarded episode or group is counted with
 its reason in the step's metrics (``discard/<reason>``).

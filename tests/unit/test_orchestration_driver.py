@@ -274,6 +274,48 @@ async def test_overlapped_push_keeps_the_staleness_bound(tokenizer, max_stalenes
         assert step - oldest <= max_staleness
 
 
+async def test_max_staleness_bounds_starts_and_a_straggler_reports_its_real_lag(tokenizer):
+    # Groups train in the order they finish: the first group (started on version 0) is
+    # still scoring when the others have filled four steps, so step 5 trains it four
+    # versions later than it started. The bound is on starts (AReaL's head offpolicyness):
+    # group g never starts before the servers hold version g // tasks_per_step - 1.
+    tasks = [{"id": "t0", "slow": True}] + [{"id": f"t{i}"} for i in range(1, 20)]
+    driver, trainer, _, _ = make(tokenizer, "fully_async", tasks, max_staleness=1)
+
+    pushed_four = asyncio.Event()
+    sync = driver.sync_weights
+
+    async def counting_sync(weights, pause_mode):
+        version = await sync(weights, pause_mode)
+        if version >= 4:
+            pushed_four.set()
+        return version
+
+    driver.sync_weights = counting_sync
+
+    class StragglerEnv(CoinEnv):  # the slow task scores once four steps have trained
+        async def step(self, action):
+            if self.slow:
+                await pushed_four.wait()
+            return await super().step(action)
+
+        def reset(self, task, *, seed=None):
+            self.slow = task.get("slow", False)
+            return super().reset(task, seed=seed)
+
+    driver.runner.env_factory = StragglerEnv
+    driver.stream = TaskStream(tasks, seed=0, shuffle=False)
+    outs = await _run(driver, 5)
+    for batch in trainer.batches:
+        for t in batch:  # group id "i{index}:{index}:{task id}"
+            index = int(t.group_id.split(":")[1])
+            assert min(v for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m) >= (
+                index // 3 - 1
+            )
+    assert 0 in outs[-1].tasks and 0 not in {i for o in outs[:-1] for i in o.tasks}
+    assert [o.metrics["staleness/max"] for o in outs] == [1, 2, 2, 2, 5]
+
+
 async def test_a_failed_background_push_stops_the_run_after_a_consistent_step(tokenizer):
     driver, _, _, _ = make(tokenizer, "fully_async", TASKS)
     log: list = []
