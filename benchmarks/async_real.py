@@ -40,6 +40,8 @@ Run: ``python -m benchmarks.async_real [--steps 24] [--frozen] [--repeats 3]`` (
 minutes per mode and round on 2 cores). ``--repeats N`` runs N rounds of every mode,
 interleaved (sync, …, fully_async, sync, …), and prints medians, each ratio paired within
 its round: on a shared machine, throughput drifts by ±5–10% between runs minutes apart.
+``--set KEY=VALUE`` (repeatable) adds a config override to every run and to the server's
+config, e.g. ``--set trainer.actor.dtype=bfloat16`` or ``--set orchestration.max_staleness=2``.
 24 steps by default: an async mode pays its pipeline fill once per run, and at 12 steps
 (the earlier default) that one batch weighs twice as much as in a run of 24, and far more
 than in a real run of hundreds of steps.
@@ -96,6 +98,7 @@ async def run_mode(
             *([f"rollout.cpus=[{rollout_cpus}]"] if rollout_cpus else []),
             *(["trainer.optim.lr=1e-12"] if a.frozen else []),
             f"trainer.worker={a.worker}",
+            *a.set,
         ],
     )
     t0 = time.monotonic()
@@ -142,7 +145,8 @@ async def run_mode(
 async def main_async(a: argparse.Namespace) -> None:
     a.server_cpus, _, rest = ("" if a.pin == "none" else a.pin).partition(":")
     a.trainer_cpus, _, a.rollout_cpus = rest.partition(":")
-    base = load_config(None, [f"inference.cpus=[{a.server_cpus}]"] if a.server_cpus else [])
+    cpus = [f"inference.cpus=[{a.server_cpus}]"] if a.server_cpus else []
+    base = load_config(None, [*cpus, *a.set])  # the server's config: --set reaches it too
     model = resolve_model_dir(base, print)
     with tempfile.TemporaryDirectory() as tmp:
         server = VLLMServer(server_config(base, model, tmp))
@@ -262,6 +266,10 @@ def main() -> None:
         "--worker", default="process", choices=["thread", "process"],
         help="trainer.worker of every run: the trainer in a process of its own (its own GIL), "
         "or on a thread of the training process",
+    )  # fmt: skip
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a config override for every run (repeatable), e.g. trainer.actor.dtype=bfloat16",
     )  # fmt: skip
     asyncio.run(main_async(p.parse_args()))
 
