@@ -334,7 +334,10 @@ class Driver:
                     "train": t_train,
                     "sync": t_sync,
                 }
-                yield self._output(self._commit(groups, used, metrics, why, times), {})
+                # The step's version is that of the weights its update makes (pushed when
+                # the next batch is in, or after the last step), as in the other modes.
+                done = self._commit(groups, used, metrics, why, times)
+                yield self._output(done, {}, self.version + 1)
             if trained:
                 await self._push("wait")
         finally:

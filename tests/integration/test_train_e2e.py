@@ -72,10 +72,9 @@ async def test_short_training_in_each_mode(untrained_model_dir, server_url, tmp_
     assert set(result.eval_before) >= {"success", "pass@1"} and "success" in result.eval_after
     lines = _train_lines(result.run_dir)
     assert [m["step"] for m in lines] == [1, 2]
-    # Every step pushed weights: the served version grows by one per step (one-step-off
-    # pushes step n's weights when batch n+1 is done, so its record lags by one).
-    lag = 1.0 if mode == "one_step_off" else 0.0
-    assert [m["weight_version"] for m in lines] == [1.0 - lag, 2.0 - lag]
+    # Every step pushed weights: each step records the version its update made (one-step-off
+    # pushes step n's weights when batch n+1 is done, and records them as sync does).
+    assert [m["weight_version"] for m in lines] == [1.0, 2.0]
     assert all(m["groups"] == 2 for m in lines)
     trajs = read_trajectories(result.run_dir / "trajectories" / "step_000002.parquet")
     assert len(trajs) == 4 and all(sum(t.loss_mask) > 0 for t in trajs)

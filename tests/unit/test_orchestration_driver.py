@@ -83,7 +83,7 @@ async def test_sync_mode_trains_on_current_weights(tokenizer):
 
 async def test_one_step_off_is_one_version_behind(tokenizer):
     driver, trainer, syncs, _ = make(tokenizer, "one_step_off", TASKS)
-    await _run(driver, 4)
+    outs = await _run(driver, 4)
     versions = [
         {v for t in b for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m}
         for b in trainer.batches
@@ -91,6 +91,10 @@ async def test_one_step_off_is_one_version_behind(tokenizer):
     # Batches 0 and 1 both come from v0; then batch n from v(n-1).
     assert versions == [{0}, {0}, {1}, {2}]
     assert len(syncs) == 4  # three between batches, one after the last step
+    # Recorded as in sync: the step's version is its update's, so the lag reads one more
+    # than sync's (after step 1, batch 0's v0 tokens; then batch n's v(n-1) at version n+1).
+    assert [o.metrics["weight_version"] for o in outs] == [1, 2, 3, 4]
+    assert [o.metrics["staleness/max"] for o in outs] == [1, 2, 2, 2]
 
 
 async def test_fully_async_respects_the_staleness_bound_and_consumes_each_task_once(tokenizer):
