@@ -68,13 +68,17 @@ _SWEEP = r"""sweep() {
 
 #: argv: $1 timeout seconds, $2 kill_background (1/0), then the command. fd 8 keeps the
 #: exec's stdin for the command, which runs in its own process group under ``timeout``.
+#: ``wait``'s stderr goes to /dev/null: dash reports a job killed by a signal there
+#: ("Terminated"), and only when ``wait`` itself reaps it (a race), which put a line the
+#: command never wrote into its stderr, on some runs and not others. The command's own
+#: stderr was bound at fork and is not affected.
 WRAPPER = (
     _SWEEP
     + r"""t=$1; kb=$2; shift 2
 exec 8<&0
 timeout -s KILL "$t" "$@" <&8 8<&- &
 p=$!
-wait "$p"; rc=$?
+wait "$p" 2>/dev/null; rc=$?
 exec 8<&-
 if [ "$kb" = 1 ]; then
   kill -s KILL -- "-$p" 2>/dev/null

@@ -11,6 +11,7 @@ import pytest
 
 from agentrl.sandbox.base import SandboxLimits
 from agentrl.sandbox.docker import DockerSandbox
+from agentrl.sandbox.local import LocalSandbox
 from tests.integration import docker_fixtures
 from tests.integration.docker_fixtures import LIMITS
 
@@ -41,6 +42,23 @@ async def test_results_match_docker_exec(docker_image: str, case: dict) -> None:
             assert sb.exec_paths[path] == 1 and sum(sb.exec_paths.values()) == 1
             got[resident] = (r.stdout, r.stderr, r.exit_code, r.timed_out)
     assert got[True] == got[False]
+
+
+async def test_a_command_killed_by_a_signal_has_only_its_own_stderr(docker_image: str) -> None:
+    # The wrapper's dash printed "Terminated" into the command's stderr when its `wait`
+    # reaped the job (most runs, not all: CI once saw the two exec paths differ). The
+    # command wrote nothing, and LocalSandbox says so too.
+    cmds = ["kill -TERM $$", "sleep 0.2; kill -TERM $$", "echo e >&2; kill -INT $$"]
+    want = {cmds[0]: ("", -15), cmds[1]: ("", -15), cmds[2]: ("e\n", -2)}
+    for resident in (True, False):
+        async with DockerSandbox(docker_image, LIMITS, resident_exec=resident) as sb:
+            for cmd in cmds * 3:
+                r = await sb.exec(cmd)
+                assert (r.stderr, r.exit_code) == want[cmd], (resident, cmd)
+    async with LocalSandbox(LIMITS) as lb:
+        for cmd in cmds:
+            r = await lb.exec(cmd)
+            assert (r.stderr, r.exit_code) == want[cmd], ("local", cmd)
 
 
 async def test_a_killed_server_is_restarted_and_never_reruns_a_command(docker_image: str) -> None:
