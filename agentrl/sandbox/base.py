@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
-__all__ = ["LANGUAGES", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "code_argv"]
+__all__ = [
+    "LANGUAGES",
+    "WORKDIR",
+    "ExecResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxLimits",
+    "code_argv",
+    "workdir_path",
+]
 
 
 #: language -> argv prefix; the code is passed as the last argument. Add entries to extend.
@@ -21,6 +31,22 @@ def code_argv(language: str, code: str) -> list[str]:
     if language not in LANGUAGES:
         raise ValueError(f"unknown language {language!r}; known: {sorted(LANGUAGES)}")
     return [*LANGUAGES[language], code]
+
+
+#: The working directory of every sandbox; file paths are relative to it.
+WORKDIR = "/workspace"
+
+
+def workdir_path(path: str) -> str:
+    """``path`` (relative to :data:`WORKDIR`, or absolute) normalised, if it stays under it.
+
+    Raises:
+        ValueError: the path leaves the working directory, or holds a NUL byte.
+    """
+    norm = posixpath.normpath(posixpath.join(WORKDIR, str(path)))
+    if "\0" in str(path) or not (norm == WORKDIR or norm.startswith(WORKDIR + "/")):
+        raise ValueError(f"path {path!r} is outside the sandbox working directory {WORKDIR}")
+    return norm
 
 
 class SandboxError(RuntimeError):

@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Any, Self
 
 from agentrl.sandbox import docker_scripts as scripts
-from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits, code_argv
+from agentrl.sandbox.base import (
+    WORKDIR,
+    ExecResult,
+    SandboxError,
+    SandboxLimits,
+    code_argv,
+    workdir_path,
+)
 from agentrl.sandbox.docker_io import finish, pump, remove_retrying, tar_upload, text
 from agentrl.sandbox.docker_owner import LABEL, RUN_ID, owner_labels, reap_orphans
 from agentrl.sandbox.exec_client import ExecRequest, ResidentExec, ServerUnavailable
@@ -45,7 +52,6 @@ from agentrl.watchdog import watch_docker
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
 
-WORKDIR = "/workspace"
 UID = scripts.UID  # every command, and every file operation, runs as this user
 IDLE_UID = 65534  # the container's idle process: out of reach of uid 1000's signals
 DEFAULT_ENV = {
@@ -417,13 +423,6 @@ class DockerSandbox:
         return await self.exec(code_argv(language, code), timeout_s=timeout_s)
 
     # -------------------------------------------------------------------- files
-    @staticmethod
-    def _check_path(path: str) -> str:
-        norm = posixpath.normpath(posixpath.join(WORKDIR, str(path)))
-        if "\0" in str(path) or not (norm == WORKDIR or norm.startswith(WORKDIR + "/")):
-            raise ValueError(f"path {path!r} is outside the sandbox working directory {WORKDIR}")
-        return norm
-
     def _put(self, tar: bytes) -> None:
         try:
             ok = self._client.api.put_archive(self._require(), WORKDIR, tar)
@@ -462,7 +461,7 @@ class DockerSandbox:
             ValueError: The path is (or resolves, through links) outside ``/workspace``, or
                 names something other than a regular file (a link, FIFO, directory...).
         """
-        full = self._check_path(path)
+        full = workdir_path(path)
         if full == WORKDIR:
             raise ValueError("cannot write the working directory itself")
         raw = data.encode() if isinstance(data, str) else bytes(data)
@@ -476,7 +475,7 @@ class DockerSandbox:
             ValueError: The path is (or resolves, through links) outside ``/workspace``, or
                 names something other than a regular file (a link, FIFO, directory...).
         """
-        full = self._check_path(path)
+        full = workdir_path(path)
         if full == WORKDIR:
             raise ValueError(f"{path} is a directory, not a regular file")
         data: bytes = await self._run(self._file_op, scripts.READ, full)
@@ -488,7 +487,7 @@ class DockerSandbox:
         A file goes to ``dest`` (inside it, keeping its name, if ``dest`` is ``.`` or ends
         with ``/``); a directory's contents go into directory ``dest``.
         """
-        rel = posixpath.relpath(self._check_path(dest), WORKDIR)
+        rel = posixpath.relpath(workdir_path(dest), WORKDIR)
         into = rel == "." or str(dest).endswith("/")
         tar = await self._run(tar_upload, Path(local), rel, into)
         await self._run(self._put, tar)
@@ -505,7 +504,7 @@ class DockerSandbox:
         The archive is extracted with tarfile's ``data`` filter (no absolute paths, no
         ``..``, no links out, no device files), since its content is untrusted.
         """
-        src = self._check_path(path)
+        src = workdir_path(path)
 
         def _get() -> Path:
             script = scripts.TAR_WORKDIR if src == WORKDIR else scripts.TAR

@@ -23,7 +23,6 @@ import collections
 import contextlib
 import json
 import os
-import posixpath
 import random
 import shutil
 import struct
@@ -34,13 +33,20 @@ import uuid
 from typing import Any, Self
 
 from agentrl.sandbox._cgroup import SandboxCgroups
-from agentrl.sandbox.base import LANGUAGES, ExecResult, SandboxError, SandboxLimits, code_argv
+from agentrl.sandbox.base import (
+    LANGUAGES,
+    WORKDIR,
+    ExecResult,
+    SandboxError,
+    SandboxLimits,
+    code_argv,
+    workdir_path,
+)
 from agentrl.watchdog import unwatch_path, watch_path
 
 __all__ = ["LANGUAGES", "LocalSandbox"]
 
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_helper.py")
-WORKDIR = "/workspace"
 DEFAULT_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": WORKDIR,
@@ -341,19 +347,12 @@ class LocalSandbox:
         """Runs a snippet in a language of ``LANGUAGES`` (the code is passed as an argument)."""
         return await self.exec(code_argv(language, code), timeout_s=timeout_s)
 
-    @staticmethod
-    def _check_path(path: str) -> str:
-        norm = posixpath.normpath(posixpath.join(WORKDIR, path))
-        if "\0" in path or not (norm == WORKDIR or norm.startswith(WORKDIR + "/")):
-            raise ValueError(f"path {path!r} is outside the sandbox working directory {WORKDIR}")
-        return norm
-
     async def write_file(self, path: str, data: str | bytes) -> None:
         """Writes a file under ``/workspace`` (parents created); other paths raise ValueError."""
         raw = data.encode() if isinstance(data, str) else data
         req = {
             "op": "write",
-            "path": self._check_path(path),
+            "path": workdir_path(path),
             "data": base64.b64encode(raw).decode(),
         }
         await self._request(req)
@@ -361,7 +360,7 @@ class LocalSandbox:
     async def read_file(self, path: str) -> bytes:
         """Reads a regular file under ``/workspace``; other paths, links out, FIFOs, devices
         and sockets are ValueError (they are never opened in a way that could block)."""
-        reply = await self._request({"op": "read", "path": self._check_path(path)})
+        reply = await self._request({"op": "read", "path": workdir_path(path)})
         return base64.b64decode(reply["data"])
 
     async def healthy(self, timeout_s: float = 5.0) -> bool:
