@@ -39,6 +39,42 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _preset(config: str | None, items: list[str]) -> str | None:
+    """``--config``, else the preset of the env the overrides name (``retool`` when none),
+    if that env declares one (:attr:`agentrl.Env.preset`); a run of an own agent
+    (``agent.solve``) starts from the built-in defaults."""
+    if config is not None or any(i.startswith("agent.solve=") for i in items):
+        return config
+    from agentrl.config import RunConfig
+    from agentrl.env_registry import EnvNotFoundError, InvalidEnvError, env_preset
+
+    env = RunConfig.model_fields["env"].default
+    for item in items:
+        if item.startswith("env="):
+            env = item.split("=", 1)[1].strip().strip("'\"")
+    try:
+        path = env_preset(env)
+    except (EnvNotFoundError, InvalidEnvError) as e:
+        raise _fail(str(e)) from e
+    return str(path) if path else None
+
+
+def _next_steps(run_dir: Path) -> str:
+    """What to do after a run: the commands that look at it, evaluate it, go further."""
+    final = run_dir / "final_model"
+    model = final if final.is_dir() else run_dir / "checkpoints" / "latest"
+    return "\n".join(
+        [
+            "what next:",
+            f"  agentrl view {run_dir}               one episode, token by token",
+            f"  agentrl view {run_dir} --web         the trajectory inspector in a browser",
+            f"  agentrl doctor run {run_dir}         red flags of the run's metrics",
+            f"  agentrl eval --env retool --model {model}   evaluate the trained model",
+            "  agentrl train --config configs/retool-gpu.yaml   a 1.5B model on a GPU",
+        ]
+    )
+
+
 def _load_tokenizer(model: str) -> Any:
     if model == "tiny":
         from agentrl.models.tokenizer import build_tokenizer
@@ -138,7 +174,8 @@ def train_cmd(
         ),
     ] = None,
 ) -> None:
-    """Train a policy. With no arguments: the tiny default model on retool, on this CPU."""
+    """Train a policy. With no arguments: SmolLM2-135M-Instruct on retool, on this CPU
+    (the env's preset, configs/retool.yaml; --config replaces it)."""
     from agentrl.config import ConfigError
     from agentrl.orchestration.run import ComponentError, train_from_cli
 
@@ -151,6 +188,7 @@ def train_cmd(
         items.append(f"tasks={tasks}")
     if ray_address:
         items.append(f"ray.address={ray_address}")
+    config = _preset(config, items) if resume is None else config
     try:
         result = train_from_cli(config, items, resume, lambda m: console.print(m, markup=False))
     except ConfigError as e:
@@ -161,7 +199,9 @@ def train_cmd(
         console.print(eval_summary(result.eval_before, result.eval_after, result.steps_done))
     if result.early_stop:
         console.print(f"stopped early: {result.early_stop}", markup=False)
-    console.print(f"run directory: {result.run_dir}")
+    console.print(f"run directory: {result.run_dir}", markup=False)
+    if not result.interrupted:
+        console.print(_next_steps(Path(result.run_dir)), markup=False)
 
 
 def eval_summary(before: dict[str, float], after: dict[str, float], steps: int) -> str:
@@ -180,7 +220,8 @@ def eval_cmd(
     overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides.")] = None,
     env: Annotated[str | None, typer.Option("--env", help="Env spec.")] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="Model directory (default: the tiny model).")
+        str | None,
+        typer.Option("--model", help="Model directory or name (default: the env's preset's)."),
     ] = None,
     config: Annotated[str | None, typer.Option("--config", help="A YAML preset.")] = None,
     k: Annotated[int, typer.Option("--k", help="Episodes per task (pass@k).")] = 1,
@@ -195,6 +236,7 @@ def eval_cmd(
     items += [f"env={env}"] if env else []
     items += [f"model.path={model}"] if model else []
     items += [f"eval.samples_per_task={k}"]
+    config = _preset(config, items)
     try:
         cfg = load_config(config, items)
         res = asyncio.run(evaluate_model(cfg, say=lambda m: console.print(m, markup=False)))
@@ -377,14 +419,20 @@ def sandbox_build(
 def doctor_config(
     overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="A YAML preset.")] = None,
+    env: Annotated[
+        str | None, typer.Option("--env", help="Env name, pkg.module:Class or file.py:Class.")
+    ] = None,
 ) -> None:
-    """Validate a config (preset + overrides) and print it resolved."""
+    """Validate a config (preset + overrides) and print it resolved: with no --config, the
+    preset of the env the overrides name (what `agentrl train` would run)."""
     import yaml
 
     from agentrl.config import ConfigError, load_config
 
+    items = list(overrides or []) + ([f"env={env}"] if env else [])
+    config = _preset(config, items)
     try:
-        cfg = load_config(config, list(overrides or []))
+        cfg = load_config(config, items)
     except ConfigError as e:
         raise _fail(str(e)) from e
     console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), markup=False)

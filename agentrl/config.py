@@ -24,6 +24,8 @@ from agentrl.orchestration.ray_config import RayConfig
 from agentrl.trainer.config import TrainerConfig
 
 __all__ = [
+    "DEFAULT_LR",
+    "DEFAULT_MODEL",
     "AgentConfig",
     "ConfigError",
     "EvalConfig",
@@ -36,9 +38,13 @@ __all__ = [
 ]
 
 
+DEFAULT_MODEL = "smollm2-135m"
+"""The model of a run that names none: SmolLM2-135M-Instruct, fetched on first use."""
+DEFAULT_LR = 2e-5
+"""Learning rate of a run that sets none, tuned for :data:`DEFAULT_MODEL`."""
 TINY_MODEL_LR = 3e-4
-"""Learning rate of the embedded default run (the tiny default model, ~1.4M parameters)."""
-_TRAINER_DEFAULTS: dict[str, Any] = {"optim": {"lr": TINY_MODEL_LR}}
+"""Learning rate of configs/retool-tiny.yaml (the tiny model, ~1.4M parameters)."""
+_TRAINER_DEFAULTS: dict[str, Any] = {"optim": {"lr": DEFAULT_LR}}
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -56,9 +62,12 @@ class ModelConfig(_Strict):
     """Which policy to train."""
 
     path: str | None = Field(
-        None, description="HF model directory or hub id; None builds/uses the tiny default model."
+        DEFAULT_MODEL,
+        description="HF model directory, hub id, or a name of `agentrl model list` (fetched "
+        "and converted on first use); 'tiny' (or null) builds/uses the tiny 1.4M-parameter "
+        "test model.",
     )
-    tiny_seed: int = Field(0, description="Seed of the tiny default model (when path is None).")
+    tiny_seed: int = Field(0, description="Seed of the tiny model (when path is 'tiny').")
 
 
 class InferenceConfig(_Strict):
@@ -330,8 +339,8 @@ class RunConfig(_Strict):
     task_kwargs: dict[str, Any] | None = Field(
         None,
         description="Keyword arguments for the env's built-in generator (its default_tasks), "
-        "e.g. {level: standard} for retool. None: with the tiny default model (model.path "
-        "null), the tasks it was warm-started on (retool: level tiny); else none.",
+        "e.g. {level: standard} for retool. None: the tasks that suit the model, when agentrl "
+        "knows them (retool with the tiny model or smollm2-135m: level tiny); else none.",
     )
     steps: int = Field(30, ge=0, description="Training steps.")
     seed: int = Field(0, description="Seed of the run (tasks, sampling, trainer).")
@@ -349,8 +358,8 @@ class RunConfig(_Strict):
     )
     trainer: TrainerConfig = Field(
         default_factory=lambda: TrainerConfig.model_validate(_TRAINER_DEFAULTS),
-        description=f"The trainer (optim.lr defaults to {TINY_MODEL_LR:g}, tuned for the tiny "
-        "default model; set it for a real model, as configs/retool-gpu.yaml does).",
+        description=f"The trainer (optim.lr defaults to {DEFAULT_LR:g}, tuned for the default "
+        "model; set it for another, as configs/retool-gpu.yaml does).",
     )
 
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")

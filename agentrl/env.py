@@ -45,6 +45,9 @@ class Env:
     Class attributes:
         name: Registry name (``agentrl train --env NAME``); defaults to the class name.
         max_turns: Default turn budget of an episode (the run config may lower it).
+        preset: A YAML run preset, relative to the file that defines the class, that
+            ``agentrl train --env NAME`` (and ``eval``, ``doctor config``) start from
+            when no ``--config`` is given; None: the config's built-in defaults.
 
     An env that calls tools exposes them through :meth:`tools`; the AgentLoop runs
     the model's tool calls with them and passes the results in ``Action.tool_results``
@@ -53,6 +56,7 @@ class Env:
 
     name: ClassVar[str | None] = None
     max_turns: ClassVar[int] = 8
+    preset: ClassVar[str | None] = None
 
     def reset(
         self, task: Mapping[str, Any], *, seed: int | None = None

@@ -28,6 +28,7 @@ import importlib.util
 import inspect
 import pkgutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, overload
 
 from agentrl.env import Env
@@ -37,6 +38,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvNotFoundError",
     "InvalidEnvError",
+    "env_preset",
     "list_envs",
     "register_env",
     "resolve_env",
@@ -244,6 +246,27 @@ def _check_env_class(obj: Any, spec: str) -> type[Env]:
         f"env spec {spec!r} resolves to {what}, which is not a subclass of agentrl.Env "
         "(subclass agentrl.Env and implement reset(task, *, seed=None) and step(action))"
     )
+
+
+def env_preset(spec: str) -> Path | None:
+    """The YAML preset the env named by ``spec`` declares (:attr:`Env.preset`), or None.
+
+    The path is relative to the file that defines the env class.
+
+    Raises:
+        EnvNotFoundError, InvalidEnvError: As :func:`resolve_env`.
+        InvalidEnvError: The env declares a preset that is not a file.
+    """
+    cls = resolve_env(spec)
+    if not cls.preset:
+        return None
+    try:
+        path = Path(inspect.getfile(cls)).parent / cls.preset
+    except TypeError as e:  # a class without a file
+        raise InvalidEnvError(f"env {spec!r} declares preset {cls.preset!r} but has no file") from e
+    if not path.is_file():
+        raise InvalidEnvError(f"env {spec!r} declares preset {cls.preset!r}, but {path} is missing")
+    return path
 
 
 def _gym_env_class(env_id: str) -> type[Env]:

@@ -66,6 +66,8 @@ from agentrl.orchestration.run import train
 from agentrl.orchestration.startup import resolve_model_dir, server_config
 from benchmarks.report import report
 
+TINY_PRESET = Path(__file__).resolve().parents[1] / "configs" / "retool-tiny.yaml"
+"""The tiny model's retool job (the defaults of `agentrl train` before SmolLM2)."""
 MODES = {
     "sync": ["orchestration.mode=sync"],
     "one_step_off": ["orchestration.mode=one_step_off"],
@@ -83,7 +85,7 @@ async def run_mode(
     name: str, url: str, out: Path, a: argparse.Namespace, rollout_cpus: str
 ) -> dict[str, float]:
     cfg = load_config(
-        None,
+        TINY_PRESET,
         [
             *MODES[name.split("@")[0]],
             f"steps={a.steps}",
@@ -146,7 +148,7 @@ async def main_async(a: argparse.Namespace) -> None:
     a.server_cpus, _, rest = ("" if a.pin == "none" else a.pin).partition(":")
     a.trainer_cpus, _, a.rollout_cpus = rest.partition(":")
     cpus = [f"inference.cpus=[{a.server_cpus}]"] if a.server_cpus else []
-    base = load_config(None, [*cpus, *a.set])  # the server's config: --set reaches it too
+    base = load_config(TINY_PRESET, [*cpus, *a.set])  # the server's config: --set reaches it too
     model = resolve_model_dir(base, print)
     with tempfile.TemporaryDirectory() as tmp:
         server = VLLMServer(server_config(base, model, tmp))

@@ -2,8 +2,9 @@
 
 Trajectories store token ids only. The tokenizer is looked for, in order: the one
 given (``--tokenizer``), the run's ``final_model/``, the run config's
-``model.path``, and the tiny default model's (rebuilt from ``model.tiny_seed``)
-when the run trained it. Without one, tokens are shown as their ids.
+``model.path`` (a named model's cached directory), and the tiny model's (rebuilt
+from ``model.tiny_seed``) when the run trained it. Without one, tokens are shown as
+their ids.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def find_decoder(
     Args:
         run_dir: The run directory.
         tokenizer: A model/tokenizer directory (with tokenizer.json), or "tiny" for the
-            tiny default model's; None looks in the run.
+            tiny model's; None looks in the run.
 
     Returns:
         (decoder or None, a line saying where the tokenizer came from or why there is none).
@@ -87,7 +88,7 @@ def find_decoder(
     run = Path(run_dir)
     if tokenizer is not None:
         if tokenizer == "tiny":
-            return _tiny(0), "tiny default model (seed 0)"
+            return _tiny(0), "tiny model (seed 0)"
         tok = _from_dir(Path(tokenizer))
         if tok is None:
             raise TokenizerNotFoundError(
@@ -98,7 +99,10 @@ def find_decoder(
     if tok is not None:
         return TokenDecoder(tok, str(run / "final_model")), f"tokenizer from {run / 'final_model'}"
     model_path, seed = _run_model(run)
+    if model_path == "tiny":
+        return _tiny(seed), f"tiny model (seed {seed})"
     if model_path is not None:
+        model_path = _named_model_dir(model_path)
         tok = _from_dir(Path(model_path))
         if tok is not None:
             return TokenDecoder(tok, model_path), f"tokenizer from {model_path}"
@@ -107,8 +111,22 @@ def find_decoder(
             "(give --tokenizer DIR)"
         )
     if (run / "config.yaml").is_file():
-        return _tiny(seed), f"tiny default model (seed {seed})"
+        return _tiny(seed), f"tiny model (seed {seed})"
     return None, "no config.yaml or final_model/: tokens shown as ids (give --tokenizer DIR)"
+
+
+def _named_model_dir(spec: str) -> str:
+    """A named model's cached directory (``smollm2-135m``), converted if need be but never
+    installed; any other spec, or a name that cannot be had, unchanged."""
+    from agentrl.models.gguf import ModelImportError
+    from agentrl.models.registry import MODELS, get_model
+
+    if spec not in MODELS:
+        return spec
+    try:
+        return str(get_model(spec, install=False, log=lambda _m: None))
+    except ModelImportError:
+        return spec
 
 
 def _tiny(seed: int) -> TokenDecoder:

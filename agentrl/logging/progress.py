@@ -2,6 +2,8 @@
 
 On a terminal the step lines scroll above a rich progress bar (step, health metrics, ETA);
 elsewhere (a pipe, a log file, CI) each step is one full-width line, never wrapped.
+wandb itself prints nothing; at the end one line points to its files (offline) or its run
+page (online).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["ProgressLog", "plot_curve"]
+__all__ = ["ProgressLog", "plot_curve", "wandb_pointer"]
 
 # (metric key, label, format) of the health metrics shown each step, when present.
 _SHOWN = (
@@ -80,6 +82,10 @@ class ProgressLog:
                     name=run_dir.name,
                     config=dict(config or {}),
                     reinit="finish_previous",
+                    # wandb prints nothing: no header, no run history/summary, no sync hint,
+                    # no log paths. Its files are written as before (console capture too:
+                    # files/output.log); close() prints the one line that points to them.
+                    settings=wandb.Settings(silent=True),
                 )
 
     def step(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -113,13 +119,25 @@ class ProgressLog:
             self._wandb.log({f"eval/{k}": v for k, v in metrics.items()}, step=step)
 
     def close(self) -> None:
-        """Stops the progress bar and finishes the wandb run (idempotent)."""
+        """Stops the progress bar, finishes the wandb run and prints the one line that
+        points to it (:func:`wandb_pointer`) (idempotent)."""
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
         if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+            run, self._wandb = self._wandb, None
+            line = wandb_pointer(run)
+            run.finish()
+            if line:
+                self.console.print(line, markup=False, soft_wrap=True)  # a path, never wrapped
+
+
+def wandb_pointer(run: Any) -> str | None:
+    """The one line a run prints about its wandb run: where an offline run's files are and
+    how to upload them, or an online run's URL."""
+    if run.offline:
+        return f"wandb: offline run files in {run.sync_dir}; upload with: wandb sync {run.sync_dir}"
+    return f"wandb: run at {run.url}" if run.url else None
 
 
 def plot_curve(lines: Iterable[Mapping[str, Any]], path: Path) -> Path:

@@ -13,9 +13,10 @@ import importlib.metadata
 import importlib.util
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentrl.models.gguf import ModelImportError, import_gguf
 
@@ -25,8 +26,13 @@ __all__ = [
     "find_package_gguf",
     "get_model",
     "install_command",
+    "is_tiny",
     "resolve_model",
+    "suited_task_kwargs",
 ]
+
+TINY = "tiny"
+"""``model.path`` of the tiny model (built here, see :mod:`agentrl.models.tiny`)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class NamedModel:
         version: Its pinned version.
         filename: The GGUF file inside the package.
         description: One line for ``agentrl model list``.
+        task_kwargs: Per env name, the ``task_kwargs`` a run of this model gets when it
+            sets none (the tasks the model can learn from).
     """
 
     name: str
@@ -46,6 +54,7 @@ class NamedModel:
     version: str
     filename: str
     description: str
+    task_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 MODELS: dict[str, NamedModel] = {
@@ -57,6 +66,7 @@ MODELS: dict[str, NamedModel] = {
             version="0.1.2",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             description="SmolLM2-135M-Instruct (Llama, 135M parameters, ChatML), from Q4_1 GGUF",
+            task_kwargs={"retool": {"level": "tiny"}},
         ),
     )
 }
@@ -120,22 +130,46 @@ def get_model(
     path = find_package_gguf(m.package, m.filename)
     cmd = install_command(m.package, m.version)
     if path is None and install:
-        say(f"installing {m.package}=={m.version} (it ships {m.filename})")
+        say(f"fetching model {name!r} (first use): installing {m.package}=={m.version}")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             raise ModelImportError(
-                f"could not install {m.package}=={m.version} for model {name!r} "
-                f"(pip exited {proc.returncode}: {proc.stderr.strip()[-300:]}); "
-                f"install it yourself with: {' '.join(cmd)}"
+                f"could not install {m.package}=={m.version}, which ships model {name!r} "
+                f"(pip exited {proc.returncode}: {_last_line(proc.stderr)}). Is the package "
+                f"index reachable? Install it yourself with: {' '.join(cmd)}; or train any "
+                "local Hugging Face model directory with model.path=DIR"
             )
         importlib.invalidate_caches()
         path = find_package_gguf(m.package, m.filename)
     if path is None:
         raise ModelImportError(
             f"model {name!r} needs the package {m.package}=={m.version}; "
-            f"install it with: {' '.join(cmd)}"
+            f"install it with: {' '.join(cmd)}; or train any local Hugging Face model "
+            "directory with model.path=DIR"
         )
     return import_gguf(path, name=name, cache_dir=cache_dir, log=log)
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of pip's output (its error), at most 300 characters."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][-300:] if lines else "no output"
+
+
+def is_tiny(spec: str | None) -> bool:
+    """Whether ``model.path`` names the tiny model (``tiny``, or None as in older configs)."""
+    return spec is None or spec == TINY
+
+
+def suited_task_kwargs(spec: str | None, env: str) -> dict[str, Any]:
+    """The ``task_kwargs`` of ``env``'s built-in tasks that suit the model ``spec`` (``{}``
+    where agentrl knows none): what a run that sets no ``task_kwargs`` gets."""
+    if is_tiny(spec):
+        from agentrl.models.tiny import tiny_task_kwargs
+
+        return tiny_task_kwargs(env)
+    known = MODELS.get(spec or "")
+    return dict(known.task_kwargs.get(env, {})) if known else {}
 
 
 def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> str:

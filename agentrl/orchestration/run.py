@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,12 @@ from agentrl.inference.weight_sync import PauseMode
 from agentrl.llm import LLMClient
 from agentrl.logging.early_stop import RunWatch
 from agentrl.logging.progress import ProgressLog, plot_curve
+from agentrl.logging.quiet import quiet_dependency_warnings
 from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.driver import Driver, GroupRunner, StepOutput
 from agentrl.orchestration.evaluate import evaluate
 from agentrl.orchestration.heap import frozen_heap
+from agentrl.orchestration.phases import describe_phases
 from agentrl.orchestration.resume import (
     find_resume_checkpoint,
     log_tasks,
@@ -148,7 +151,8 @@ async def drive(
     watch = RunWatch(cfg.early_stop, say)  # live red flags (agentrl doctor run) + early_stop
 
     async def run_eval(step: int) -> dict[str, float]:
-        res = await _evaluate(prep, llm)
+        with prep.clock.phase("evaluation"):
+            res = await _evaluate(prep, llm)
         run.log(step, res, kind="eval")
         progress.eval(step, res)
         say(f"eval @ step {step}: success {res['success']:.3f}")
@@ -198,6 +202,8 @@ async def _loop(
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, stop.set)
+    clock = prep.clock
+    evaluated, started = clock.seconds.get("evaluation", 0.0), time.monotonic()
     try:
         async for out in await driver.run(cfg.steps):
             record(out)
@@ -216,6 +222,9 @@ async def _loop(
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
+        # Training: the steps' wall time, less the evaluations between them.
+        mid_evals = clock.seconds.get("evaluation", 0.0) - evaluated
+        clock.add("training", time.monotonic() - started - mid_evals)
     stopped = {"early_stop": watch.reason} if watch.reason else {}
     try:
         await asyncio.to_thread(checkpoint, stopped)
@@ -226,8 +235,18 @@ async def _loop(
         return RunResult(run.path, driver.step, before, {}, interrupted=True)
     after = await run_eval(driver.step)
     await asyncio.to_thread(trainer.save_hf, run.final_model)
+    seconds = clock.summary()
+    say(describe_phases(seconds))
     (run.path / "summary.json").write_text(
-        json.dumps({"eval_before": before, "eval_after": after, "steps": driver.step, **stopped})
+        json.dumps(
+            {
+                "eval_before": before,
+                "eval_after": after,
+                "steps": driver.step,
+                **stopped,
+                "seconds": seconds,
+            }
+        )
     )
     return RunResult(run.path, driver.step, before, after, early_stop=watch.reason)
 
@@ -290,6 +309,7 @@ async def train(
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> RunResult:
     """Runs training as configured. See the module docstring for the order of start-up."""
+    quiet_dependency_warnings()  # at the run's start, not at import: agentrl.logging.quiet
     if cfg.agent.solve:
         from agentrl.orchestration.agent_mode import check_agent
 
@@ -327,9 +347,11 @@ async def _train_local(
             prep, await open_env_resources(prep.env_cls, cfg.env_kwargs, stack)
         )
         log_dir = str(prep.run.path / "logs")
-        fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
+        with prep.clock.phase("servers"):
+            fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
         stack.push_async_callback(fleet.close)
-        trainer = await _start_trainer(cfg, prep.model_dir, stack)
+        with prep.clock.phase("trainer start"):
+            trainer = await _start_trainer(cfg, prep.model_dir, stack)
         runner: GroupRunner
         if cfg.agent.solve:  # bring-your-own agent: episodes run through the gateway
             from agentrl.orchestration.agent_mode import make_agent_runner, open_gateway
@@ -433,6 +455,7 @@ async def _evaluate(prep: Prepared, llm: LLMClient) -> dict[str, float]:
 
 async def evaluate_model(cfg: RunConfig, *, say: Callable[[str], None] = print) -> dict[str, float]:
     """Serves ``cfg.model`` and evaluates it on the env's held-out tasks (``agentrl eval``)."""
+    quiet_dependency_warnings()
     prep = prepare(cfg, None, say, keep_run=False)
     await preflight_env(prep.env_cls, cfg.env_kwargs)
     async with contextlib.AsyncExitStack() as shared:

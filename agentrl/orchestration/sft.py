@@ -120,7 +120,7 @@ def run_sft(
         min_reward: Keep episodes whose reward is at least this.
         output_dir: Where the model is saved (default ``RUN_DIR/sft_model``).
         model: Model directory or name to start from (default: the run's ``model.path``,
-            the tiny model when it has none).
+            resolved as the run resolved it).
         epochs: Passes over the kept episodes.
         batch_size: Episodes per optimizer step.
         lr: AdamW learning rate (constant).

@@ -24,6 +24,7 @@ from agentrl.env import Env, call_maybe_async
 from agentrl.errors import TaskSpecError, UserError
 from agentrl.llm import SamplingParams
 from agentrl.logging.run_dir import RunDir
+from agentrl.orchestration.phases import PhaseClock
 from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.rollout.stages import Stage
 
@@ -71,9 +72,9 @@ def load_tasks_for(
         )
     kwargs = cfg.task_kwargs
     if kwargs is None:
-        from agentrl.models.tiny import tiny_task_kwargs
+        from agentrl.models.registry import suited_task_kwargs
 
-        kwargs = tiny_task_kwargs(cfg.env) if cfg.model.path is None else {}
+        kwargs = suited_task_kwargs(cfg.model.path, cfg.env)
     try:  # checked against the signature, so a TypeError inside the generator is not hidden
         inspect.signature(default).bind(split="train", n=1, seed=cfg.seed, **kwargs)
     except TypeError as e:
@@ -104,19 +105,23 @@ def loop_config(cfg: RunConfig) -> LoopConfig:
 
 
 def resolve_model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
-    """``model.path`` (a named model such as ``smollm2-135m`` resolves to its cached
-    directory, fetched if missing), or the tiny default model's directory (built if missing)."""
-    if cfg.model.path:
-        from agentrl.models.gguf import ModelImportError
-        from agentrl.models.registry import resolve_model
+    """``model.path``: a named model such as ``smollm2-135m`` resolves to its cached
+    directory (fetched if missing), ``tiny`` (or None) to the tiny model's (built if
+    missing), anything else is a directory or hub id, unchanged."""
+    from agentrl.models.registry import is_tiny
 
-        try:
-            return resolve_model(cfg.model.path, log=say)
-        except ModelImportError as e:
-            raise ComponentError(f"model {cfg.model.path!r}: {e}") from e
-    from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
+    if is_tiny(cfg.model.path):
+        from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 
-    return str(ensure_tiny_model(TinyRecipe(seed=cfg.model.tiny_seed), log=say))
+        return str(ensure_tiny_model(TinyRecipe(seed=cfg.model.tiny_seed), log=say))
+    from agentrl.models.gguf import ModelImportError
+    from agentrl.models.registry import resolve_model
+
+    assert cfg.model.path is not None
+    try:
+        return resolve_model(cfg.model.path, log=say)
+    except ModelImportError as e:
+        raise ComponentError(f"model {cfg.model.path!r}: {e}") from e
 
 
 def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
@@ -221,6 +226,8 @@ class Prepared:
     loop_config: LoopConfig
     checkpoint: Path | None = None
     """With ``--resume``: the checkpoint to continue from (checked at start-up)."""
+    clock: PhaseClock = dataclasses.field(default_factory=PhaseClock)
+    """Wall seconds per phase of the run so far (``model`` is counted here)."""
 
 
 def with_env_resources(prep: Prepared, extra: Mapping[str, Any]) -> Prepared:
@@ -264,7 +271,9 @@ def prepare(
     def env_factory() -> Env:
         return env_cls(**cfg.env_kwargs)
 
-    model_dir = resolve_model_dir(cfg, say)
+    clock = PhaseClock()
+    with clock.phase("model"):
+        model_dir = resolve_model_dir(cfg, say)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError) as e:  # not a directory, no tokenizer files, unknown hub id
@@ -285,7 +294,7 @@ def prepare(
     AgentLoop(_NoLLM(), tokenizer, lcfg)  # refuses a bad chat template before servers start
     return Prepared(
         cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg,
-        checkpoint,
+        checkpoint, clock,
     )  # fmt: skip
 
 

@@ -204,6 +204,7 @@ class RetoolEnv(Env):
 
     name = "retool"
     max_turns = 8
+    preset = "preset.yaml"  # `agentrl train --env retool`: SmolLM2-135M on 2 CPU cores
 
     def __init__(
         self,

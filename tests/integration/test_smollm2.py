@@ -33,7 +33,8 @@ PARITY_MEAN = 1e-4
 (measured: 6.0e-6 over the 32 episodes of a training step)."""
 PARITY_MAX = 1e-3
 """Most max |Δ| over the sampled tokens of a batch (nats; measured: 4.1e-5)."""
-PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "retool-smollm2.yaml")
+PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "retool.yaml")
+"""The default job: what `agentrl train --env retool` runs."""
 
 
 @pytest.fixture(scope="module")
@@ -309,3 +310,30 @@ async def test_a_model_vllm_cannot_load_stops_the_run_before_training(smollm2_di
     assert "before it was ready" in str(e.value)
     runs = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "broken"]
     assert not [m for p in runs for m in RunDir(p).metrics() if m["kind"] == "train"]
+
+
+def test_ctrl_c_during_the_first_fetch_leaves_no_half_written_model(tmp_path):
+    """`agentrl model get` interrupted while it converts: the cache holds no entry and no
+    partial build, and the next call converts afresh."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "AGENTRL_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "agentrl.cli", "model", "get", "smollm2-135m"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    models = tmp_path / "models"
+    deadline = time.monotonic() + 120
+    while not list(models.glob(".smollm2-135m-*.build-*")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.05)
+    assert list(models.glob(".smollm2-135m-*.build-*")), "the conversion never started"
+    time.sleep(1.0)  # well inside the dequantization (~10-20 s)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode != 0, out
+    assert "Traceback" not in out, out
+    left = [p.name for p in models.iterdir() if not p.name.endswith(".lock")]
+    assert left == [], left

@@ -77,18 +77,65 @@ def test_shipped_presets_validate(preset: Path):
 
 
 def test_trainer_overrides_keep_the_embedded_learning_rate():
-    from agentrl.config import TINY_MODEL_LR
+    from agentrl.config import DEFAULT_LR
 
-    assert load_config(None, []).trainer.optim.lr == TINY_MODEL_LR
+    assert load_config(None, []).trainer.optim.lr == DEFAULT_LR
     cfg = load_config(None, ["trainer.loss.name=pg", "trainer.optim.weight_decay=0.1"])
-    assert cfg.trainer.optim.lr == TINY_MODEL_LR  # a partial section is merged, not replaced
+    assert cfg.trainer.optim.lr == DEFAULT_LR  # a partial section is merged, not replaced
     assert cfg.trainer.loss.name == "pg" and cfg.trainer.optim.weight_decay == 0.1
     assert load_config(None, ["trainer.optim.lr=1e-6"]).trainer.optim.lr == 1e-6
     built = RunConfig.model_validate({"trainer": {"loss": {"name": "pg"}}})  # not only in YAML
-    assert built.trainer.optim.lr == TINY_MODEL_LR
+    assert built.trainer.optim.lr == DEFAULT_LR
 
 
-def test_retool_preset_is_the_embedded_default():
-    """`agentrl train --env retool` (no config) and `--config configs/retool.yaml` agree."""
-    preset = load_config(Path(__file__).parents[2] / "configs" / "retool.yaml", [])
-    assert preset.model_dump() == load_config(None, []).model_dump()
+def test_the_default_model_is_smollm2_and_tiny_stays_a_name():
+    from agentrl.models.registry import MODELS, is_tiny, suited_task_kwargs
+
+    cfg = load_config(None, [])
+    assert cfg.model.path == "smollm2-135m" and cfg.model.path in MODELS
+    assert is_tiny("tiny") and is_tiny(None) and not is_tiny(cfg.model.path)
+    # A run that sets no task_kwargs gets the problems its model can learn from.
+    assert suited_task_kwargs("smollm2-135m", "retool") == {"level": "tiny"}
+    assert suited_task_kwargs("tiny", "retool") == {"level": "tiny"}
+    assert suited_task_kwargs("/my/model", "retool") == {}
+    assert suited_task_kwargs("smollm2-135m", "swe") == {}
+
+
+def test_retool_preset_is_what_train_runs_without_a_config():
+    """`agentrl train --env retool` (no config) starts from configs/retool.yaml, which is
+    the env's declared preset; --config, an agent of one's own and a preset-less env do not."""
+    from agentrl.cli import _preset
+    from agentrl.env_registry import env_preset
+
+    shipped = Path(__file__).parents[2] / "configs" / "retool.yaml"
+    for items in ([], ["env=retool"], ["env='retool'", "steps=2"]):
+        path = _preset(None, items)
+        assert path is not None and Path(path).samefile(shipped)
+    assert env_preset("retool").samefile(shipped)  # type: ignore[union-attr]
+    assert _preset("mine.yaml", ["env=retool"]) == "mine.yaml"
+    assert _preset(None, ["agent.solve=a.py:solve"]) is None
+    assert _preset(None, ["env=examples/custom_env/guess.py:GuessNumber"]) is None
+    cfg = load_config(shipped, [])
+    assert cfg.model.path == "smollm2-135m" and cfg.env_kwargs == {"worked_examples": 3}
+
+
+def test_a_missing_env_preset_is_one_clear_error(tmp_path: Path):
+    from agentrl.env_registry import InvalidEnvError, env_preset
+
+    (tmp_path / "lost.py").write_text(
+        "from agentrl import Env\n\nclass Lost(Env):\n    preset = 'nowhere.yaml'\n"
+    )
+    with pytest.raises(InvalidEnvError, match=r"declares preset 'nowhere\.yaml'.*missing"):
+        env_preset(f"{tmp_path / 'lost.py'}:Lost")
+
+
+def test_doctor_config_takes_an_env_and_prints_its_preset():
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    res = CliRunner().invoke(app, ["doctor", "config", "--env", "retool", "steps=2"])
+    assert res.exit_code == 0, res.output
+    printed = yaml.safe_load(res.output)
+    assert printed["model"]["path"] == "smollm2-135m" and printed["steps"] == 2
+    assert printed["env_kwargs"] == {"worked_examples": 3}

