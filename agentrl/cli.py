@@ -61,15 +61,21 @@ def _preset(config: str | None, items: list[str]) -> str | None:
 
 def _next_steps(run_dir: Path) -> str:
     """What to do after a run: the commands that look at it, evaluate it, go further."""
+    import yaml
+
     final = run_dir / "final_model"
     model = final if final.is_dir() else run_dir / "checkpoints" / "latest"
+    try:
+        env = str((yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["env"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        env = "SPEC"
     return "\n".join(
         [
             "what next:",
             f"  agentrl view {run_dir}               one episode, token by token",
             f"  agentrl view {run_dir} --web         the trajectory inspector in a browser",
             f"  agentrl doctor run {run_dir}         red flags of the run's metrics",
-            f"  agentrl eval --env retool --model {model}   evaluate the trained model",
+            f"  agentrl eval --env {env} --model {model}   evaluate the trained model",
             "  agentrl train --config configs/retool-gpu.yaml   a 1.5B model on a GPU",
         ]
     )

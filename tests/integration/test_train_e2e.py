@@ -203,6 +203,12 @@ def test_custom_env_trains_through_the_cli(untrained_model_dir, server_url, tmp_
     prompt = tok.decode(trajs[0].token_ids[: trajs[0].prompt_length])
     assert '"name": "check"' in prompt and "I am thinking of a number" in prompt
     assert "held-out success" in proc.stdout
+    # The closing lines: where the time went (also in summary.json), then what to do next.
+    summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert set(summary["seconds"]) >= {"model", "servers", "evaluation", "training", "total"}
+    assert "time: model " in proc.stdout and "| training " in proc.stdout
+    assert proc.stdout.index("held-out success") < proc.stdout.index("what next:")
+    assert f"agentrl view {tmp_path / 'c'}" in proc.stdout
 
 
 def test_eval_and_view_commands(untrained_model_dir, server_url, tmp_path):
