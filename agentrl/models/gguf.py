@@ -196,7 +196,7 @@ def convert_gguf(
         "seconds": round(time.monotonic() - t0, 1),
     }
     (out / MARKER).write_text(json.dumps(record, indent=2))
-    say(f"wrote {out} ({n_params / 1e6:.0f}M parameters, eos {eot})")
+    say(f"converted {src.name}: {n_params / 1e6:.0f}M parameters, eos {eot}")
     return record
 
 
@@ -227,9 +227,18 @@ def import_gguf(
     src = Path(gguf_file).expanduser()
     gguf_architecture(src)  # a missing or non-GGUF file fails before hashing
     key = hashlib.sha256(f"{file_digest(src)}:{_CONVERTER_VERSION}".encode()).hexdigest()[:12]
-    return cached_dir(
+    built: list[Path] = []
+
+    def build(tmp: Path) -> None:
+        built.append(tmp)
+        convert_gguf(src, tmp, log=log)
+
+    out = cached_dir(
         (Path(cache_dir) if cache_dir else cache_root()) / "models",
         f"{_slug(name or src.stem)}-{key}",
         MARKER,
-        lambda tmp: convert_gguf(src, tmp, log=log),
+        build,
     )
+    if built:  # converted now (not found in the cache): say where it went
+        _say(log)(f"saved {out}")
+    return out
