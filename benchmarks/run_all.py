@@ -46,6 +46,7 @@ BENCHMARKS = [
     "benchmarks.inference_weight_sync",
     "benchmarks.reward_model",
     "benchmarks.gateway",
+    "benchmarks.make_train",
 ]
 
 # Arguments of the full run (``make bench``).
@@ -73,6 +74,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.inference_weight_sync": ["--syncs", "1"],
     "benchmarks.reward_model": ["--n", "16", "--length", "64", "--batch", "8", "--rounds", "1"],
     "benchmarks.gateway": ["--episodes", "32", "--concurrency", "32", "--turns", "2"],
+    "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
 }
 
 

@@ -50,6 +50,9 @@ def _args(model_dir: Path, url: str, tmp: Path, mode: str) -> list[str]:
         "orchestration.mode": mode,
         "orchestration.max_staleness": 1,
         "wandb": "disabled",
+        # retool's preset shows SmolLM2 three worked examples: they alone would fill this
+        # test's 384-token episodes, and the untrained tiny model needs no teaching.
+        "env_kwargs.worked_examples": 0,
     }
     return [f"{k}={v}" for k, v in items.items()]
 
