@@ -42,8 +42,6 @@ DEFAULT_MODEL = "smollm2-135m"
 """The model of a run that names none: SmolLM2-135M-Instruct, fetched on first use."""
 DEFAULT_LR = 2e-5
 """Learning rate of a run that sets none, tuned for :data:`DEFAULT_MODEL`."""
-TINY_MODEL_LR = 3e-4
-"""Learning rate of configs/retool-tiny.yaml (the tiny model, ~1.4M parameters)."""
 _TRAINER_DEFAULTS: dict[str, Any] = {"optim": {"lr": DEFAULT_LR}}
 
 

@@ -139,4 +139,3 @@ def test_doctor_config_takes_an_env_and_prints_its_preset():
     printed = yaml.safe_load(res.output)
     assert printed["model"]["path"] == "smollm2-135m" and printed["steps"] == 2
     assert printed["env_kwargs"] == {"worked_examples": 3}
-
