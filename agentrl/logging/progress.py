@@ -83,8 +83,8 @@ class ProgressLog:
                     config=dict(config or {}),
                     reinit="finish_previous",
                     # wandb prints nothing: no header, no run history/summary, no sync hint,
-                    # no log paths. Its files are written as before (console capture too:
-                    # files/output.log); close() prints the one line that points to them.
+                    # no log paths. Its files are written as before (run records, logs);
+                    # close() prints the one line that points to them.
                     settings=wandb.Settings(silent=True),
                 )
 

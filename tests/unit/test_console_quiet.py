@@ -43,10 +43,11 @@ def test_an_offline_run_prints_one_line_to_its_files_and_nothing_of_wandbs(
     steps = [line.split(" | eta")[0] for line in out.splitlines()[:2]]
     assert steps == ["step 1/2 | reward 0.250", "step 2/2 | reward 0.500"]
     assert out.splitlines()[2] == pointers[0]  # last, after the step lines
-    # wandb still writes its files: the run's records, the captured console, its logs.
+    # wandb still writes its files: the run's records and its logs. (Its console capture,
+    # files/output.log, depends on how the process's stdout is captured: in the full suite
+    # it was absent, so it is not a claim of ours.)
     (records,) = run.glob("run-*.wandb")
     assert records.stat().st_size > 0
-    assert "step 2/2" in (run / "files" / "output.log").read_text()
     assert (run / "logs" / "debug-internal.log").is_file()
 
 
