@@ -45,13 +45,16 @@ def _preset(config: str | None, items: list[str]) -> str | None:
     (``agent.solve``) starts from the built-in defaults."""
     if config is not None or any(i.startswith("agent.solve=") for i in items):
         return config
+    import yaml
+
     from agentrl.config import RunConfig
     from agentrl.env_registry import EnvNotFoundError, InvalidEnvError, env_preset
 
     env = RunConfig.model_fields["env"].default
-    for item in items:
-        if item.startswith("env="):
-            env = item.split("=", 1)[1].strip().strip("'\"")
+    for item in items:  # the last env= wins, its value read as load_config reads it
+        key, _, raw = item.partition("=")
+        if key.strip() == "env":
+            env = str(yaml.safe_load(raw)) if raw else ""
     try:
         path = env_preset(env)
     except (EnvNotFoundError, InvalidEnvError) as e:

@@ -99,7 +99,9 @@ def find_decoder(
     if tok is not None:
         return TokenDecoder(tok, str(run / "final_model")), f"tokenizer from {run / 'final_model'}"
     model_path, seed = _run_model(run)
-    if model_path == "tiny":
+    from agentrl.models.registry import TINY
+
+    if model_path == TINY:
         return _tiny(seed), f"tiny model (seed {seed})"
     if model_path is not None:
         model_path = _named_model_dir(model_path)
