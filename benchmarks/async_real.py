@@ -61,9 +61,9 @@ from pathlib import Path
 
 from agentrl.config import load_config
 from agentrl.inference.server import VLLMServer
-from agentrl.logging.run_dir import RunDir
 from agentrl.orchestration.run import train
 from agentrl.orchestration.startup import resolve_model_dir, server_config
+from agentrl.reporting.run_dir import RunDir
 from benchmarks.report import report
 
 TINY_PRESET = Path(__file__).resolve().parents[1] / "configs" / "retool-tiny.yaml"

@@ -3,7 +3,7 @@
 Each chaos case writes a JSON record (case, mode, outcome, episodes lost,
 duplicated, steps lost, recovery seconds, leaks) into the results directory,
 ``AGENTRL_CHAOS_RESULTS`` or ``.chaos/results`` at the repository root. This prints
-them as a Markdown table, the one the README's "Reliability" section shows.
+them as a Markdown table, the one docs/testing.md shows (results.json key `chaos`).
 
 Run: ``pytest -m chaos`` (or ``make test``), then ``python -m benchmarks.chaos_report``
 [``--results DIR``]. Exit status 1 when there is no record, or a case failed or leaked.

@@ -16,8 +16,8 @@ import argparse
 import statistics
 import time
 
+from agentrl.chat.tokenization import ChatTokenizer
 from agentrl.models.tokenizer import build_tokenizer
-from agentrl.rollout.tokenization import ChatTokenizer
 from agentrl.types import Message, ToolCall
 from benchmarks.report import report
 

@@ -34,7 +34,7 @@ from typing import Any
 from agentrl import Env, Message, StepResult
 from agentrl.gateway import AgentRunner, Gateway, GatewayLimits
 from agentrl.gateway.transport import client_httpx
-from agentrl.llm import Generation, SamplingParams
+from agentrl.inference.protocol import Generation, SamplingParams
 from agentrl.models.tokenizer import build_tokenizer
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.testing.scripted_server import RandomPolicy, ScriptedLLM

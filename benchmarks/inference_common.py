@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import httpx
 
 from agentrl.inference.fleet import Fleet
+from agentrl.inference.protocol import SamplingParams
 from agentrl.inference.server import ServerConfig
-from agentrl.llm import SamplingParams
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 
 GenerateFn = Callable[[list[int], SamplingParams, str], Awaitable[list[int]]]

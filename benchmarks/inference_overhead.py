@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from agentrl.llm import SamplingParams
+from agentrl.inference.protocol import SamplingParams
 from benchmarks.inference_common import DirectClient, Workload, launch, reset_prefix_caches, run
 from benchmarks.report import report
 

@@ -18,8 +18,8 @@ import argparse
 import asyncio
 import itertools
 
+from agentrl.inference.protocol import SamplingParams
 from agentrl.inference.router import Router
-from agentrl.llm import SamplingParams
 from benchmarks.inference_common import Workload, launch, reset_prefix_caches, run
 from benchmarks.report import report
 

@@ -18,7 +18,7 @@ import statistics
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.llm import SamplingParams
+from agentrl.inference.protocol import SamplingParams
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 from benchmarks.inference_common import UNTRAINED, launch
 from benchmarks.report import report

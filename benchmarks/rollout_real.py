@@ -28,8 +28,8 @@ import httpx
 
 from agentrl import Env, Message, StepResult
 from agentrl.inference.fleet import Fleet
+from agentrl.inference.protocol import SamplingParams
 from agentrl.inference.server import ServerConfig
-from agentrl.llm import SamplingParams
 from agentrl.models.registry import get_model
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.types import Trajectory

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentrl.rollout.tokenization import ChatTokenizer
+from agentrl.chat.tokenization import ChatTokenizer
 from agentrl.types import Message
 from benchmarks.delta_tokenization import conversation
 from benchmarks.report import report

@@ -30,7 +30,7 @@ def _vm_kib(field: str) -> int:
 
 
 def measure(mode: str, tokens: int, vocab: int, hidden: int, chunk: int, device: str) -> dict:
-    from agentrl.trainer.actor import chunked_logprobs
+    from agentrl.trainer.engine.actor import chunked_logprobs
 
     torch.manual_seed(0)
     dev = torch.device(device)

@@ -92,7 +92,7 @@ def _vm_kib(field: str) -> int:
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One measurement: build, one step, report (runs in the child process)."""
     from agentrl.trainer import Trainer, TrainerConfig
-    from agentrl.trainer.memory import model_shape
+    from agentrl.trainer.engine.memory import model_shape
 
     torch.set_num_threads(spec.get("threads", 2))
     model = make_model(spec["shape"])
@@ -241,7 +241,7 @@ def main() -> None:
             r = measure(spec, a.cap_gb)
             print(json.dumps({"spec": spec, **r}), flush=True)
         return
-    from agentrl.trainer.memory import model_shape
+    from agentrl.trainer.engine.memory import model_shape
 
     for name in a.shapes.split(","):
         shape = model_shape(make_model(name))

@@ -23,9 +23,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl import SamplingParams, Trajectory
-from agentrl.env_registry import resolve_env
 from agentrl.inference.fleet import Fleet
 from agentrl.inference.server import ServerConfig
+from agentrl.loading.envs import resolve_env
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 
@@ -142,8 +142,14 @@ def train_step(model, optimizer, groups, pad_id: int) -> dict[str, float]:
 # ----------------------------------------------------------------------------- main
 
 
-async def main(steps: int, env_spec: str) -> None:
-    model_dir = str(ensure_tiny_model())
+async def main(
+    steps: int,
+    env_spec: str,
+    tasks_per_step: int = TASKS_PER_STEP,
+    group_size: int = GROUP_SIZE,
+    model_dir: str | None = None,
+) -> None:
+    model_dir = model_dir or str(ensure_tiny_model())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
@@ -160,11 +166,11 @@ async def main(steps: int, env_spec: str) -> None:
                 sampling=SamplingParams(temperature=1.0),
             ),
         )
-        runner = RolloutRunner(loop, env_cls, group_size=GROUP_SIZE)
-        tasks = env_cls.default_tasks(split="train", n=TASKS_PER_STEP * steps)  # type: ignore[attr-defined]
+        runner = RolloutRunner(loop, env_cls, group_size=group_size)
+        tasks = env_cls.default_tasks(split="train", n=tasks_per_step * steps)
         for step in range(steps):
             groups = await sample_groups(
-                runner, tasks[step * TASKS_PER_STEP : (step + 1) * TASKS_PER_STEP]
+                runner, tasks[step * tasks_per_step : (step + 1) * tasks_per_step]
             )
             stats = await asyncio.to_thread(
                 train_step, model, optimizer, groups, tokenizer.pad_token_id
@@ -185,5 +191,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--env", default="retool")
+    p.add_argument("--tasks-per-step", type=int, default=TASKS_PER_STEP)
+    p.add_argument("--group-size", type=int, default=GROUP_SIZE)
+    p.add_argument("--model", default=None, help="HF model directory (default: the tiny model)")
     a = p.parse_args()
-    asyncio.run(main(a.steps, a.env))
+    asyncio.run(main(a.steps, a.env, a.tasks_per_step, a.group_size, a.model))

@@ -7,7 +7,7 @@ Ownership is exact, so a concurrent session's leftovers are never blamed on this
   session itself, its own watchdog (which outlives it by design) and the Docker engine
   (a test may restart it; it is the machine's);
 - containers and volumes: those labelled with an owner this session registered through
-  :mod:`agentrl.watchdog` (recorded in the session's ledger);
+  :mod:`agentrl.runtime.watchdog` (recorded in the session's ledger);
 - /dev/shm: the entries in the ledger (weight directories registered by agentrl, the
   ``psm_*`` segments and ``sem.mp-*`` semaphores the vLLM reaper saw its servers map).
   New ``agentrl-*``/``psm_*``/``sem.mp-*`` entries nobody of ours recorded are listed as
@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.watchdog import LEDGER_ENV
+from agentrl.runtime.watchdog import LEDGER_ENV
 
 MARK_ENV = "AGENTRL_TEST_SESSION"
 _SHM = Path("/dev/shm")
@@ -115,9 +115,9 @@ class LeakCheck:
         except OSError:
             return True
         cmd = _cmdline(pid)
-        own_watchdog = "agentrl.watchdog" in cmd and cmd[cmd.index("--owner") + 1 :][:1] == [
-            str(self.pid)
-        ]
+        own_watchdog = "agentrl.runtime.watchdog" in cmd and cmd[cmd.index("--owner") + 1 :][
+            :1
+        ] == [str(self.pid)]
         # multiprocessing's resource tracker of the session itself: it reads a pipe from the
         # session and exits when the session does (one whose parent died is still a leak).
         own_tracker = _ppid(pid) == self.pid and any(
@@ -198,7 +198,7 @@ class LeakCheck:
         for pid in leaks.processes:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        from agentrl.watchdog import remove_docker
+        from agentrl.runtime.watchdog import remove_docker
 
         for k, v in self._ledger():
             if k == "docker" and leaks.containers:

@@ -26,9 +26,9 @@ from typing import Any
 from agentrl.env import call_maybe_async
 from agentrl.gateway.server import Gateway
 from agentrl.gateway.transport import in_process_client
+from agentrl.loading.modules import import_file
 from agentrl.rollout.runner import RolloutResult, summarize
 from agentrl.types import StopReason, Trajectory
-from agentrl.user_modules import import_file
 
 __all__ = ["AgentRunner", "AgentSpecError", "load_agent"]
 

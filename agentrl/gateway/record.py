@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentrl.rollout.tokenization import ChatTokenizer
+from agentrl.chat.tokenization import ChatTokenizer
 from agentrl.types import Message, StopReason, Trajectory, TurnSpan
 
 __all__ = ["Segment", "to_trajectory"]

@@ -36,7 +36,7 @@ from agentrl.gateway.openai_api import (
 from agentrl.gateway.responses import chat_body, chat_chunks, completion_body
 from agentrl.gateway.session import GatewayLimits, Session
 from agentrl.gateway.templates import Templates
-from agentrl.llm import LLMClient
+from agentrl.inference.protocol import LLMClient
 from agentrl.types import StopReason
 
 __all__ = ["Answer", "Gateway", "sse_bytes"]

@@ -26,13 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agentrl.chat.tokenization import ChatTokenizer, TemplateError
 from agentrl.gateway.openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 from agentrl.gateway.record import Segment, to_trajectory
 from agentrl.gateway.responses import Reply
 from agentrl.gateway.templates import Templates
-from agentrl.llm import Generation, LLMClient, LLMError, SamplingParams
+from agentrl.inference.protocol import Generation, LLMClient, LLMError, SamplingParams
 from agentrl.rollout.agent_loop import LoopConfig
-from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.types import Message, StopReason, ToolCall, Trajectory
 
 __all__ = ["GatewayLimits", "Session"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from agentrl.chat.tokenization import ChatTokenizer, TemplateError
 from agentrl.gateway.openai_api import ApiError
-from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.tools import make_turn_parser
 
 __all__ = ["Templates"]

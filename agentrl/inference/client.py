@@ -1,6 +1,6 @@
 """HTTP clients for one vLLM server: token ids in, token ids + logprobs out.
 
-Two wire formats, same :class:`~agentrl.llm.LLMClient` contract:
+Two wire formats, same :class:`~agentrl.inference.protocol.LLMClient` contract:
 
 :class:`CompletionsClient` speaks the OpenAI ``POST /v1/completions`` subset that
 both vLLM and ``agentrl.testing.scripted_server`` serve. It sends::
@@ -45,8 +45,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl.inference.http1 import ConnectFailed, Http1Pool, RequestFailed
-from agentrl.lifecycle import AsyncClosing
-from agentrl.llm import Generation, LLMError, SamplingParams
+from agentrl.inference.protocol import Generation, LLMError, SamplingParams
+from agentrl.runtime.lifecycle import AsyncClosing
 
 __all__ = [
     "BadRequest",
@@ -158,7 +158,7 @@ class CompletionsClient(AsyncClosing):
         *,
         session_id: str | None = None,
     ) -> Generation:
-        """Generates a continuation of ``prompt_ids`` (see :class:`~agentrl.llm.LLMClient`).
+        """Generates a continuation of ``prompt_ids`` (see :class:`~agentrl.LLMClient`).
 
         Raises:
             BadRequest: The server rejected the request (e.g. prompt too long).

@@ -20,11 +20,11 @@ from typing import Any
 
 import httpx
 
+from agentrl.inference.protocol import Generation, SamplingParams
 from agentrl.inference.router import Router
 from agentrl.inference.server import ServerConfig, VLLMServer
 from agentrl.inference.weight_sync import PauseMode, SyncReport, WeightSync
-from agentrl.lifecycle import AsyncClosing
-from agentrl.llm import Generation, SamplingParams
+from agentrl.runtime.lifecycle import AsyncClosing
 
 __all__ = ["Fleet"]
 

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from agentrl.lifecycle import AsyncClosing
+from agentrl.runtime.lifecycle import AsyncClosing
 
 __all__ = ["ConnectFailed", "Http1Pool", "HttpError", "RequestFailed"]
 

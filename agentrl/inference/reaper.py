@@ -26,7 +26,7 @@ import sys
 import time
 from types import FrameType
 
-from agentrl.watchdog import ledger
+from agentrl.runtime.watchdog import ledger
 
 __all__ = ["group_members", "kill_members", "main", "shm_in_use"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from agentrl.inference.server import ServerConfig, ServerStartError, VLLMServer
-from agentrl.lifecycle import AsyncClosing
+from agentrl.runtime.lifecycle import AsyncClosing
 
 __all__ = [
     "RewardModelClient",

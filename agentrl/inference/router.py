@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 
 from agentrl.inference.client import CompletionsClient, ServerUnavailable, make_client
-from agentrl.lifecycle import AsyncClosing
-from agentrl.llm import Generation, LLMError, SamplingParams
+from agentrl.inference.protocol import Generation, LLMError, SamplingParams
+from agentrl.runtime.lifecycle import AsyncClosing
 
 __all__ = ["Router", "ServerState", "parse_prefix_cache"]
 
@@ -74,7 +74,7 @@ def parse_prefix_cache(metrics_text: str) -> tuple[float, float]:
 
 
 class Router(AsyncClosing):
-    """An :class:`~agentrl.llm.LLMClient` over several servers.
+    """An :class:`~agentrl.inference.protocol.LLMClient` over several servers.
 
     Args:
         urls: Server root URLs.

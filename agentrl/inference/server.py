@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from agentrl.cpus import cpu_list
+from agentrl.runtime.cpus import cpu_list
 
 __all__ = [
     "ServerConfig",

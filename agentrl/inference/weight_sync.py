@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 import httpx
 
+from agentrl.inference.protocol import LLMError
 from agentrl.inference.router import Router, ServerState
-from agentrl.llm import LLMError
-from agentrl.watchdog import unwatch_path, watch_path
+from agentrl.runtime.watchdog import unwatch_path, watch_path
 
 __all__ = [
     "NcclWeightSync",

@@ -31,8 +31,8 @@ from agentrl.inspector.data import (
     numeric_keys,
 )
 from agentrl.inspector.tokens import TokenDecoder
-from agentrl.logging.dashboard import RULES, Flag, finite_number
-from agentrl.logging.doctor import diagnose
+from agentrl.reporting.dashboard import RULES, Flag, finite_number
+from agentrl.reporting.doctor import diagnose
 from agentrl.types import Message, StopReason, Trajectory
 
 __all__ = ["STATIC_DIR", "TRAINER_LOGPROBS_NOTE", "create_app", "episode_detail"]

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from agentrl.logging.dashboard import RULES, finite_number
-from agentrl.logging.run_dir import read_trajectories
+from agentrl.reporting.dashboard import RULES, finite_number
+from agentrl.reporting.run_dir import read_trajectories
 from agentrl.types import Trajectory
 
 __all__ = [

@@ -58,7 +58,7 @@ def probe_retool(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.env_registry import resolve_env
+    from agentrl.loading.envs import resolve_env
     from agentrl.models.tiny import tiny_task_kwargs
 
     env_cls: Any = resolve_env("retool")

@@ -191,7 +191,8 @@ def build_tiny_model(
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
-    from agentrl.env_registry import resolve_env
+    from agentrl.env import provides
+    from agentrl.loading.envs import resolve_env
     from agentrl.models.demos import copy_drills
     from agentrl.models.sft import encode_conversation, train_sft
     from agentrl.models.tokenizer import build_tokenizer
@@ -207,10 +208,10 @@ def build_tiny_model(
     model = Qwen2ForCausalLM(cfg)
     examples = []
     if recipe.num_demos:
-        make_demos = getattr(resolve_env(recipe.env), "demonstrations", None)
-        if make_demos is None:
+        env_cls = resolve_env(recipe.env)
+        if not provides(env_cls, "demonstrations"):
             raise ValueError(f"tiny recipe: env {recipe.env!r} offers no demonstrations()")
-        demos = make_demos(recipe.num_demos, seed=recipe.seed)
+        demos = env_cls.demonstrations(recipe.num_demos, seed=recipe.seed)
         examples = [encode_conversation(tok, d.messages, d.tools) for d in demos]
     say(
         f"tiny model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "

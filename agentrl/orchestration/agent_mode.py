@@ -15,7 +15,7 @@ from agentrl.config import RunConfig
 from agentrl.gateway.agent_runner import AgentRunner, AgentSpecError, load_agent
 from agentrl.gateway.server import Gateway
 from agentrl.gateway.session import GatewayLimits
-from agentrl.llm import LLMClient
+from agentrl.inference.protocol import LLMClient
 from agentrl.orchestration.evaluate import eval_metrics
 from agentrl.orchestration.startup import ComponentError, loop_config
 from agentrl.rollout import AgentLoop

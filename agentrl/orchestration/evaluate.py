@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentrl.env import Env
-from agentrl.llm import LLMClient
+from agentrl.inference.protocol import LLMClient
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.rollout.runner import RolloutResult
 

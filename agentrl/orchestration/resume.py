@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.logging.run_dir import RunDir
+from agentrl.errors import ComponentError
 from agentrl.orchestration.driver import Driver, StepOutput
-from agentrl.orchestration.startup import ComponentError
-from agentrl.trainer.checkpoint import CheckpointError, select_checkpoint
+from agentrl.reporting.run_dir import RunDir
+from agentrl.trainer.engine.checkpoint import CheckpointError, select_checkpoint
 
 __all__ = [
     "TASKS_FILE",

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import RunConfig, dump_config
-from agentrl.cpus import check_cpus, pinned
-from agentrl.data import read_rows
-from agentrl.env import Env, call_maybe_async
-from agentrl.errors import TaskSpecError, UserError
-from agentrl.llm import SamplingParams
-from agentrl.logging.run_dir import RunDir
+from agentrl.env import Env, call_maybe_async, provides
+from agentrl.errors import ComponentError, TaskSpecError, UserError
+from agentrl.inference.protocol import SamplingParams
+from agentrl.loading.task_files import read_rows
 from agentrl.orchestration.phases import PhaseClock
+from agentrl.reporting.run_dir import RunDir
 from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.rollout.stages import Stage
+from agentrl.runtime.cpus import check_cpus, pinned
 
 __all__ = [
     "ComponentError",
@@ -41,10 +41,6 @@ __all__ = [
 ]
 
 
-class ComponentError(RuntimeError):
-    """A component of the run failed; the message names it."""
-
-
 def load_tasks_for(
     cfg: RunConfig, env_cls: type[Env]
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
@@ -57,15 +53,16 @@ def load_tasks_for(
     """
     if cfg.tasks:
         # An agent (agent.solve) gets its task file's rows as they are; an env validates them.
-        loader = None if cfg.agent.solve else getattr(env_cls, "load_tasks", None)
+        own = not cfg.agent.solve and provides(env_cls, "load_tasks")
         try:
-            rows = loader(cfg.tasks) if loader else [r for _, r in read_rows(cfg.tasks)]
+            rows = (
+                list(env_cls.load_tasks(cfg.tasks)) if own else [r for _, r in read_rows(cfg.tasks)]
+            )
         except (OSError, ValueError) as e:  # missing, unreadable or malformed: the user's file
             raise TaskSpecError(f"tasks={cfg.tasks}: {e}") from e
         n_eval = min(cfg.eval.num_tasks, max(1, len(rows) // 10))
         return rows[n_eval:], rows[:n_eval]
-    default = getattr(env_cls, "default_tasks", None)
-    if default is None:
+    if not provides(env_cls, "default_tasks"):
         raise TaskSpecError(
             f"env {cfg.env!r} has no built-in tasks (no default_tasks); give a task file "
             "with tasks=PATH"
@@ -75,14 +72,15 @@ def load_tasks_for(
         from agentrl.models.registry import suited_task_kwargs
 
         kwargs = suited_task_kwargs(cfg.model.path, cfg.env)
+    default = env_cls.default_tasks
     try:  # checked against the signature, so a TypeError inside the generator is not hidden
         inspect.signature(default).bind(split="train", n=1, seed=cfg.seed, **kwargs)
     except TypeError as e:
         raise TaskSpecError(
             f"task_kwargs {kwargs} do not fit {cfg.env}'s default_tasks: {e}"
         ) from e
-    train_rows = default(split="train", n=4096, seed=cfg.seed, **kwargs)
-    eval_rows = default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs)
+    train_rows = list(default(split="train", n=4096, seed=cfg.seed, **kwargs))
+    eval_rows = list(default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs))
     return train_rows, eval_rows
 
 
@@ -185,11 +183,10 @@ async def detect_api(urls: Sequence[str], timeout_s: float = 10.0) -> str:
 
 async def preflight_env(env_cls: type[Env], kwargs: Mapping[str, Any]) -> None:
     """Runs the env class's optional ``preflight(**env_kwargs)`` (e.g. start a sandbox once)."""
-    check = getattr(env_cls, "preflight", None)
-    if check is None:
+    if not provides(env_cls, "preflight"):
         return
     try:
-        await call_maybe_async(check, **kwargs)
+        await call_maybe_async(env_cls.preflight, **kwargs)
     except Exception as e:
         raise ComponentError(f"env {env_cls.__name__} cannot start: {e}") from e
 
@@ -252,7 +249,7 @@ def prepare(
     """
     from transformers import AutoTokenizer
 
-    from agentrl.env_registry import resolve_env
+    from agentrl.loading.envs import resolve_env
 
     checkpoint = None
     if resume:  # a run with nothing to resume from fails before anything is built

@@ -3,7 +3,7 @@
 Runs before any server starts or rollout is sampled: the trainer's ``"auto"`` memory
 settings (token budget, gradient checkpointing, logprob chunk) are resolved for this
 machine, and a configuration that cannot fit stops the run with a message naming the
-setting to change (see ``agentrl.trainer.memory`` for the memory model).
+setting to change (see ``agentrl.trainer.engine.memory`` for the memory model).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import torch
 
 from agentrl.config import RunConfig
 from agentrl.orchestration.startup import ComponentError
-from agentrl.trainer.memory import (
+from agentrl.trainer.engine.memory import (
     MemoryPlan,
     MemoryPlanError,
     model_shape,
     plan_memory,
     server_bytes,
 )
-from agentrl.trainer.sysmem import available_bytes
+from agentrl.trainer.engine.sysmem import available_bytes
 
 __all__ = ["preflight_trainer_memory", "run_available_bytes"]
 
@@ -34,7 +34,7 @@ def run_available_bytes(cfg: RunConfig, params: int, device: str) -> tuple[float
     minus the share ``inference.gpu_memory_utilization`` that local servers reserve
     (they start on the same GPU unless told otherwise).
     """
-    from agentrl.trainer.memory import GB, ModelShape
+    from agentrl.trainer.engine.memory import GB, ModelShape
 
     inf = cfg.inference
     free = float(available_bytes(device))

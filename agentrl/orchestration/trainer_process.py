@@ -245,7 +245,7 @@ class _Child:
     def __init__(self, init: tuple[Any, ...]) -> None:
         import torch
 
-        from agentrl.cpus import pin_thread
+        from agentrl.runtime.cpus import pin_thread
         from agentrl.trainer import Trainer
 
         config, model_dir, max_seq_len, weights_dir = init

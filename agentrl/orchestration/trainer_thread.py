@@ -3,12 +3,12 @@
 The driver's event loop runs the rollout side of a training process: the agent loops,
 the envs, the tool calls and the local sandboxes they start. With ``rollout.cpus`` that
 loop is pinned to CPUs of its own, and every trainer call (built, stepped, saved) runs
-on one :class:`~agentrl.cpus.PinnedThread` pinned to ``trainer.cpus``, so the two sides
+on one :class:`~agentrl.runtime.cpus.PinnedThread` pinned to ``trainer.cpus``, so the two sides
 no longer take CPU time from each other: on 2 cores the server and the rollout side
 share CPU 0 and the trainer has CPU 1 to itself (``benchmarks/async_real.py``).
 
 Example:
-    >>> from agentrl.cpus import PinnedThread
+    >>> from agentrl.runtime.cpus import PinnedThread
     >>> class Counter:
     ...     def step(self, trajectories):
     ...         return {"n": float(len(trajectories))}
@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentrl.cpus import PinnedThread
+from agentrl.runtime.cpus import PinnedThread
 from agentrl.types import Trajectory
 
 __all__ = ["ThreadedTrainer"]

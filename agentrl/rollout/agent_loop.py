@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from agentrl.chat.consistency import PY_TOOL
+from agentrl.chat.templates import STRATEGIES, TemplateReport, inspect_template
+from agentrl.chat.tokenization import ChatTokenizer, TemplateError
 from agentrl.env import Env, call_maybe_async
-from agentrl.llm import LLMClient, LLMError, SamplingParams
-from agentrl.rollout.consistency import PY_TOOL
+from agentrl.inference.protocol import LLMClient, LLMError, SamplingParams
 from agentrl.rollout.stages import Stage, StagePlans, generate_turn
-from agentrl.rollout.templates import STRATEGIES, TemplateReport, inspect_template
-from agentrl.rollout.tokenization import ChatTokenizer, TemplateError
 from agentrl.tools import ToolExecutor, make_turn_parser
 from agentrl.tools.sanitize import scrub_messages
 from agentrl.types import Action, Message, StepResult, StopReason, Trajectory, TurnSpan
@@ -292,7 +292,7 @@ class AgentLoop:
         sample_start = 0
         max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
         try:
-            plan = self.plans.get(getattr(env, "stages", None) or cfg.stages)
+            plan = self.plans.get(env.stages or cfg.stages)
         except (TypeError, ValueError) as e:
             raise _Stop(StopReason.ENV_ERROR, f"env stages: {e}") from e
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentrl.llm import Generation, LLMClient, SamplingParams
+from agentrl.inference.protocol import Generation, LLMClient, SamplingParams
 
 __all__ = [
     "Piece",
@@ -246,7 +246,7 @@ async def generate_staged(
         session_id: For sticky routing.
 
     Raises:
-        agentrl.llm.LLMError: A request failed for good.
+        agentrl.inference.protocol.LLMError: A request failed for good.
         ValueError: A server answer whose lengths disagree.
     """
     pieces: list[Piece] = []

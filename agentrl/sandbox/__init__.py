@@ -1,4 +1,4 @@
-"""agentrl.sandbox: isolated places to run model-written code (DESIGN.md §3).
+"""agentrl.sandbox: isolated places to run model-written code (docs/sandboxes.md).
 
 ``make_sandbox("local", limits=SandboxLimits(...))`` builds a backend by name;
 ``SandboxPool(lambda: make_sandbox("local"), size=8)`` keeps warm ones ready.

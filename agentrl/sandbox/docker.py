@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+from agentrl.runtime.watchdog import watch_docker
 from agentrl.sandbox import docker_scripts as scripts
 from agentrl.sandbox.base import (
     WORKDIR,
@@ -48,7 +49,6 @@ from agentrl.sandbox.base import (
 from agentrl.sandbox.docker_io import finish, pump, remove_retrying, tar_upload, text
 from agentrl.sandbox.docker_owner import LABEL, RUN_ID, owner_labels, reap_orphans
 from agentrl.sandbox.exec_client import ExecRequest, ResidentExec, ServerUnavailable
-from agentrl.watchdog import watch_docker
 
 __all__ = ["LABEL", "RUN_ID", "WORKDIR", "DockerSandbox", "owner_labels", "reap_orphans"]
 

@@ -32,6 +32,7 @@ import time
 import uuid
 from typing import Any, Self
 
+from agentrl.runtime.watchdog import unwatch_path, watch_path
 from agentrl.sandbox._cgroup import SandboxCgroups
 from agentrl.sandbox.base import (
     LANGUAGES,
@@ -42,7 +43,6 @@ from agentrl.sandbox.base import (
     code_argv,
     workdir_path,
 )
-from agentrl.watchdog import unwatch_path, watch_path
 
 __all__ = ["LANGUAGES", "LocalSandbox"]
 

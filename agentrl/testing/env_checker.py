@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import difflib
 import inspect
 import math
 import numbers
@@ -27,7 +28,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrl.env import Env, call_maybe_async
+from agentrl.env import HOOKS, Env, call_maybe_async, provides
 from agentrl.types import Action, Message, StepResult
 
 __all__ = ["DUMMY_ACTION", "EnvCheckError", "EnvCheckWarning", "acheck_env", "check_env"]
@@ -144,13 +145,33 @@ class _Checker:
             )
         if not isinstance(self.env.max_turns, int) or self.env.max_turns < 1:
             raise self.fail(f"max_turns must be a positive int, got {self.env.max_turns!r}")
+        self.check_hook_names(cls)
+
+    def check_hook_names(self, cls: type) -> None:
+        """Warns on a name that is one typo away from an Env hook: it would never be called."""
+        known = [n for n in vars(Env) if not n.startswith("_")]
+        for klass in cls.__mro__:
+            if klass is Env or klass is object:
+                continue
+            for name in vars(klass):
+                if name.startswith("_") or name in known:
+                    continue
+                near = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+                if near:
+                    hook = near[0]
+                    kind = "an optional hook" if hook in HOOKS else "a method"
+                    self.warn(
+                        f"{name!r} is not an Env hook and is never called; did you mean "
+                        f"{hook!r} ({kind} of agentrl.Env)?"
+                    )
 
     async def pick_task(self) -> Mapping[str, Any]:
         if self.task is not None:
             return self.task
-        example = getattr(self.env, "example_task", None)
-        if example is None:
+        own = getattr(self.env, "__dict__", {}).get("example_task")  # set on the instance
+        if own is None and not provides(self.env, "example_task"):
             return {}
+        example = own if own is not None else self.env.example_task
         task = await call_maybe_async(example) if callable(example) else example
         if not isinstance(task, Mapping):
             raise self.fail(f"example_task() must return a mapping, got {type(task).__name__}")

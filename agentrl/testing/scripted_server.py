@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agentrl.llm import Generation, SamplingParams
+from agentrl.inference.protocol import Generation, SamplingParams
 
 __all__ = [
     "RandomPolicy",

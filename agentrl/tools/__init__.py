@@ -1,9 +1,7 @@
 """Tools: ``@tool`` functions, tool-call parsers per model family, and the executor."""
 
-from agentrl.tools.base import FunctionTool, Tool, ToolArgumentError, tool
-from agentrl.tools.detect import DetectedParsers, detect_parsers
-from agentrl.tools.executor import ToolExecutor, ToolRunResult
-from agentrl.tools.parsers import (
+from agentrl.chat.detect import DetectedParsers, detect_parsers
+from agentrl.chat.parsers import (
     HermesToolCallParser,
     ParsedOutput,
     ToolCallParser,
@@ -12,12 +10,14 @@ from agentrl.tools.parsers import (
     register_parser,
     render_tool_call,
 )
-from agentrl.tools.reasoning import (
+from agentrl.chat.reasoning import (
     ReasoningParser,
     TurnParser,
     make_reasoning_parser,
     make_turn_parser,
 )
+from agentrl.tools.base import FunctionTool, Tool, ToolArgumentError, tool
+from agentrl.tools.executor import ToolExecutor, ToolRunResult
 from agentrl.tools.registry import ToolRegistry
 
 __all__ = [

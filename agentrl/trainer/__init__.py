@@ -1,10 +1,17 @@
-"""agentrl.trainer: policy-gradient algorithms, rollout correction, actor, checkpoints, DP.
+"""The learner: pure math (``algo``), the engine (``engine``), other objectives (``objectives``).
 
 The trainer's only input is a list of ``agentrl.types.Trajectory``; it imports nothing
-from rollout, inference or orchestration.
+from rollout, inference or orchestration (the layer contracts in pyproject.toml hold it).
 """
 
-from agentrl.trainer.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs, compute_advantages
+from agentrl.trainer.algo.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
+    compute_advantages,
+)
+from agentrl.trainer.algo.kl import kl_estimate
+from agentrl.trainer.algo.losses import POLICY_LOSSES, agg_loss, compute_policy_loss
+from agentrl.trainer.algo.shaping import dynamic_filter, shape_rewards
 from agentrl.trainer.config import (
     ActorConfig,
     AdvantageConfig,
@@ -18,11 +25,9 @@ from agentrl.trainer.config import (
     TrainerConfig,
     UpdateConfig,
 )
-from agentrl.trainer.distributed import DataParallelTrainer
-from agentrl.trainer.kl import kl_estimate
-from agentrl.trainer.losses import POLICY_LOSSES, agg_loss, compute_policy_loss
-from agentrl.trainer.shaping import dynamic_filter, shape_rewards
-from agentrl.trainer.trainer import NonFiniteError, Trainer
+from agentrl.trainer.engine.distributed import DataParallelTrainer
+from agentrl.trainer.engine.trainer import NonFiniteError, Trainer
+from agentrl.trainer.objectives import DPOObjective  # registers trainer.loss.name=dpo
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -32,6 +37,7 @@ __all__ = [
     "AdvantageInputs",
     "CheckpointConfig",
     "CriticConfig",
+    "DPOObjective",
     "DataParallelTrainer",
     "KLConfig",
     "NonFiniteError",

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentrl.trainer.advantages import ADVANTAGE_ESTIMATORS
-from agentrl.trainer.losses import AGG_MODES, POLICY_LOSSES, PREFERENCE_LOSSES
+from agentrl.trainer.algo.advantages import ADVANTAGE_ESTIMATORS
+from agentrl.trainer.algo.losses import AGG_MODES, POLICY_LOSSES, PREFERENCE_LOSSES
 
 __all__ = [
     "ActorConfig",
@@ -334,7 +334,7 @@ class UpdateConfig(_Section):
     token_budget: Literal["auto"] | _PositiveInt = Field(
         default="auto",
         description="Tokens per micro-batch per worker. auto: the largest budget whose "
-        "estimated peak memory (agentrl.trainer.memory) fits the memory available, at most "
+        "estimated peak memory (agentrl.trainer.engine.memory) fits the memory available, at most "
         "2048 on CPU and 65536 on GPU.",
     )
     micro_batch_size: int = Field(

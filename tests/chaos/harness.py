@@ -203,7 +203,7 @@ class Accounting:
 
 def step_indices(run_dir: Path) -> dict[int, list[int]]:
     """Task index of every trained group, per step file."""
-    from agentrl.logging.run_dir import read_trajectories
+    from agentrl.reporting.run_dir import read_trajectories
 
     out: dict[int, list[int]] = {}
     for path in sorted((run_dir / "trajectories").glob("step_*.parquet")):
@@ -217,7 +217,7 @@ def checkpoint_state(run_dir: Path) -> dict[str, Any]:
     """The run state (step, task stream) kept in the checkpoint ``latest`` names."""
     import torch
 
-    from agentrl.trainer.checkpoint import resolve_checkpoint
+    from agentrl.trainer.engine.checkpoint import resolve_checkpoint
 
     ckpt = resolve_checkpoint(run_dir / "checkpoints")
     state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=False)

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.builtin_tools.python_interpreter import PythonInterpreter
 from agentrl.sandbox.base import SandboxError
 from agentrl.sandbox.local import LocalSandbox
 from agentrl.tools.executor import ToolExecutor
 from agentrl.types import ToolCall
 from tests.chaos.harness import ChaosRecord
-from tools.python_interpreter import PythonInterpreter
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from agentrl.chat.parsers import get_parser
 from agentrl.tools import tool
 from agentrl.tools.executor import ToolExecutor
-from agentrl.tools.parsers import get_parser
 from tests.chaos.harness import ChaosRecord
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]

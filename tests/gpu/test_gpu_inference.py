@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from agentrl.llm import SamplingParams
+from agentrl.inference.protocol import SamplingParams
 from agentrl.trainer import Trainer, TrainerConfig
-from agentrl.trainer.batch import build_batch
+from agentrl.trainer.engine.batch import build_batch
 from tests.gpu.conftest import trajectory
 
 pytestmark = [pytest.mark.gpu, pytest.mark.asyncio(loop_scope="session")]

@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 
 from agentrl.trainer import Trainer, TrainerConfig
-from agentrl.trainer.distributed import free_port
-from agentrl.trainer.memory import available_bytes
+from agentrl.trainer.engine.distributed import free_port
+from agentrl.trainer.engine.memory import available_bytes
 from tests.gpu.conftest import QWEN15B_SHAPE, random_episodes
 
 pytestmark = pytest.mark.gpu

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from agentrl.inference.fleet import Fleet
+from agentrl.inference.protocol import SamplingParams
 from agentrl.inference.weight_sync import NcclWeightSync
-from agentrl.llm import SamplingParams
 from agentrl.trainer import Trainer, TrainerConfig
-from agentrl.trainer.batch import build_batch
-from agentrl.trainer.distributed import free_port
+from agentrl.trainer.engine.batch import build_batch
+from agentrl.trainer.engine.distributed import free_port
 from tests.gpu.conftest import need_gpu_vllm, server_config, trajectory
 
 pytestmark = [

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agentrl.logging.run_dir import RunDir, read_trajectories
+from agentrl.reporting.run_dir import RunDir, read_trajectories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -44,7 +44,7 @@ def _cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
 
 async def _load_into_vllm(url: str, model_dir: Path, prompt: list[int]) -> Any:
     from agentrl.inference.fleet import Fleet
-    from agentrl.llm import SamplingParams
+    from agentrl.inference.protocol import SamplingParams
 
     fleet = await Fleet.attach([url])
     try:

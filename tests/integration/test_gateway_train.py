@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from agentrl.config import load_config
-from agentrl.logging.run_dir import RunDir, read_trajectories
 from agentrl.orchestration.run import train
+from agentrl.reporting.run_dir import RunDir, read_trajectories
 from tests.integration import docker_fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentrl.inference.protocol import SamplingParams
 from agentrl.inference.weight_sync import write_safetensors
-from agentrl.llm import SamplingParams
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrl.logging.run_dir import read_trajectories
+from agentrl.reporting.run_dir import read_trajectories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

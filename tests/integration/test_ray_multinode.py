@@ -104,9 +104,9 @@ async def test_short_training_across_three_nodes(
         RolloutConfig,
         RunConfig,
     )
-    from agentrl.logging.run_dir import read_trajectories
-    from agentrl.orchestration.ray_config import RayConfig, RoleSpec
-    from agentrl.orchestration.ray_train import start_deployment, train_on_ray
+    from agentrl.config.ray import RayConfig, RoleSpec
+    from agentrl.orchestration.placement.train import start_deployment, train_on_ray
+    from agentrl.reporting.run_dir import read_trajectories
     from agentrl.trainer import OptimConfig, TrainerConfig
 
     cfg = RunConfig(

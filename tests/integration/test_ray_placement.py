@@ -49,8 +49,8 @@ class _Worker:
 
 
 def test_missing_resource_fails_fast_naming_it(local_ray: Any) -> None:
-    from agentrl.orchestration.ray_cluster import PlacementError, create_placement_group
-    from agentrl.orchestration.ray_config import RoleSpec
+    from agentrl.config.ray import RoleSpec
+    from agentrl.orchestration.placement.cluster import PlacementError, create_placement_group
 
     spec = RoleSpec(count=1, num_cpus=1, resources={"inference": 1})
     with pytest.raises(PlacementError, match=r"inference.*'inference': 1\.0"):
@@ -62,7 +62,7 @@ def test_missing_resource_fails_fast_naming_it(local_ray: Any) -> None:
 
 
 async def test_group_is_resent_when_its_worker_dies(local_ray: Any) -> None:
-    from agentrl.orchestration.ray_adapters import RayRolloutRunner
+    from agentrl.orchestration.placement.adapters import RayRolloutRunner
 
     cls: Any = local_ray.remote(_Worker).options(num_cpus=0.1, max_restarts=0)
     crashing, healthy = cls.remote(True), cls.remote(False)
@@ -82,7 +82,7 @@ async def test_group_is_resent_when_its_worker_dies(local_ray: Any) -> None:
 def test_ray_config_rejects_unknown_keys() -> None:
     from pydantic import ValidationError
 
-    from agentrl.orchestration.ray_config import RayConfig, RoleSpec
+    from agentrl.config.ray import RayConfig, RoleSpec
 
     with pytest.raises(ValidationError):
         RayConfig.model_validate({"adress": "auto"})

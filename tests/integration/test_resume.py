@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.logging.run_dir import RunDir, read_trajectories
 from agentrl.orchestration.run import train_from_cli
+from agentrl.reporting.run_dir import RunDir, read_trajectories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

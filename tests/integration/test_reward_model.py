@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from agentrl.config import load_config
-from agentrl.logging.run_dir import RunDir, read_trajectories
 from agentrl.orchestration.run import train
+from agentrl.reporting.run_dir import RunDir, read_trajectories
 from agentrl.testing.reward_model import build_tiny_reward_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

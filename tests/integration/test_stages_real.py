@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl import Env, Message, StepResult, StopReason
-from agentrl.llm import SamplingParams
+from agentrl.inference.protocol import SamplingParams
 from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.rollout.stages import Stage
 

@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl import Env, Message, StepResult, StopReason
-from agentrl.llm import SamplingParams
+from agentrl.inference.protocol import SamplingParams
 from agentrl.rollout import AgentLoop, ChatTokenizer, LoopConfig
-from agentrl.trainer.actor import PolicyModule, run_micro_batch
-from agentrl.trainer.batch import build_batch, make_micro_batch
+from agentrl.trainer.engine.actor import PolicyModule, run_micro_batch
+from agentrl.trainer.engine.batch import build_batch, make_micro_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.config import load_config
-from agentrl.logging.run_dir import RunDir, read_trajectories
 from agentrl.orchestration.run import train, train_from_cli
+from agentrl.reporting.run_dir import RunDir, read_trajectories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -120,7 +120,7 @@ _PLACEMENT = """
 import asyncio, json, os, sys
 from agentrl.config import load_config
 from agentrl.orchestration.run import train
-from agentrl.trainer.trainer import Trainer
+from agentrl.trainer.engine.trainer import Trainer
 
 seen = {"trainer": set(), "loop": set()}
 step = Trainer.step

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentrl.trainer import DataParallelTrainer, Trainer, TrainerConfig
-from tests.unit.test_trainer_fixtures import random_batch, tiny_model_dir
+from tests.helpers.trainer import random_batch, tiny_model_dir
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,1 @@
+"""Envs from other frameworks, wrapped as agentrl envs (Gymnasium)."""

@@ -1,0 +1,1 @@
+"""Model-family knowledge: chat templates, delta tokenization, tool-call and reasoning parsers."""

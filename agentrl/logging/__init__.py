@@ -1,1 +1,0 @@
-"""agentrl.logging."""

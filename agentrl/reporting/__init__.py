@@ -1,0 +1,1 @@
+"""What a run reports: run directory, console progress, dashboard, doctor, early stop."""

@@ -1,0 +1,1 @@
+"""Process plumbing: CPU pinning, the ``async with`` lifecycle, the cleanup watchdog."""

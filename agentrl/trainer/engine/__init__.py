@@ -1,0 +1,1 @@
+"""The engine: Trainer, actor, networks, data parallel, update, batches, memory, checkpoints."""

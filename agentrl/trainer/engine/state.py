@@ -1,0 +1,216 @@
+"""Trainer checkpoints (save / resume) and weight export for inference."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from agentrl.trainer.engine.actor import save_hf_dir
+from agentrl.trainer.engine.checkpoint import (
+    CheckpointError,
+    atomic_checkpoint_dir,
+    capture_rng_state,
+    prune_checkpoints,
+    restore_rng_state,
+    select_checkpoint,
+)
+from agentrl.trainer.engine.metrics import dist_active
+from agentrl.trainer.engine.parts import TrainerParts
+
+__all__ = ["load_checkpoint", "save_checkpoint", "save_hf", "state_dict_for_inference"]
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_LOAD = StateDictOptions(full_state_dict=True)
+
+
+def _full_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    if dist_active():
+        return cast(dict[str, torch.Tensor], get_model_state_dict(module, options=_FULL))
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def _barrier() -> None:
+    if dist_active():
+        dist.barrier()
+
+
+def state_dict_for_inference(trainer: TrainerParts) -> dict[str, torch.Tensor]:
+    """Full (unsharded) policy weights on CPU with HF parameter names, for weight sync.
+
+    Collective under data parallelism (every worker must call); workers other than 0
+    get an empty dict. A tied lm_head is omitted (loaders re-tie it).
+    """
+    sd = _full_state(trainer.policy)
+    if trainer.rank != 0:
+        return {}
+    return {k[len("lm.") :]: v for k, v in sd.items() if k.startswith("lm.")}
+
+
+def save_hf(trainer: TrainerParts, out_dir: str | Path) -> Path:
+    """Writes a plain HF model directory (config, safetensors, tokenizer files if known)."""
+    state = trainer.state_dict_for_inference()
+    out = Path(out_dir)
+    if trainer.rank == 0:
+        save_hf_dir(trainer.policy.lm, state, out, trainer.source_dir)
+    _barrier()
+    return out
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state (about what ``torch.save`` writes)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+def save_checkpoint(
+    trainer: TrainerParts, root: str | Path | None = None, extra: dict[str, Any] | None = None
+) -> Path:
+    """Saves everything needed to resume atomically under ``root/step_<global_step>``.
+
+    Args:
+        root: Checkpoint root (default ``config.checkpoint.dir``).
+        extra: Caller state to keep with it (e.g. the data loader's position).
+    """
+    root = root or trainer.cfg.checkpoint.dir
+    if root is None:
+        raise ValueError("no checkpoint directory: pass root or set checkpoint.dir")
+    mods: dict[str, nn.Module] = {"policy": trainer.policy}
+    opts: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {
+        "policy": (trainer.policy, trainer.optimizer)
+    }
+    if trainer.critic is not None and trainer.critic_optimizer is not None:
+        mods["critic"] = trainer.critic
+        opts["critic"] = (trainer.critic, trainer.critic_optimizer)
+    if trainer.ref is not None:
+        mods["ref"] = trainer.ref
+    models = {k: _full_state(m) for k, m in mods.items()}
+    optims = {
+        k: get_optimizer_state_dict(m, o, options=_FULL) if dist_active() else o.state_dict()
+        for k, (m, o) in opts.items()
+    }
+    rng = [capture_rng_state()]
+    if dist_active():
+        gathered: list[Any] = [None] * trainer.world
+        dist.all_gather_object(gathered, rng[0])
+        rng = gathered
+    state = {
+        "global_step": trainer.global_step,
+        "optimizer_steps": trainer.optimizer_steps,
+        "samples_seen": trainer.samples_seen,
+        "dropped_groups_total": trainer.dropped_groups_total,
+        "scheduler": trainer.scheduler.state_dict(),
+        "critic_scheduler": trainer.critic_scheduler.state_dict()
+        if trainer.critic_scheduler
+        else None,
+        "kl_ctl": trainer.kl_ctl.state_dict(),
+        "rng": rng,
+        "world_size": trainer.world,
+        "extra": extra or {},
+        "config": trainer.cfg.model_dump(mode="json"),
+    }
+
+    def save(obj: Any, path: Path) -> None:
+        with open(path, "wb") as f:  # a file object: a full disk surfaces as OSError(ENOSPC)
+            torch.save(obj, f)
+
+    def write(tmp: Path) -> None:
+        for k, sd in models.items():
+            save(sd, tmp / f"model_{k}.pt")
+        for k, osd in optims.items():
+            save(osd, tmp / f"optim_{k}.pt")
+        save(state, tmp / "trainer_state.pt")  # written last: marks completeness
+
+    path = Path(root) / f"step_{trainer.global_step}"
+    if trainer.rank == 0:
+        need = _nbytes(models) + _nbytes(optims) + _nbytes(state)
+        path = atomic_checkpoint_dir(root, trainer.global_step, write, expected_bytes=need)
+        prune_checkpoints(root, trainer.cfg.checkpoint.keep_last)
+    _barrier()
+    return path
+
+
+def _read_state(ckpt: Path) -> dict[str, Any]:
+    f = ckpt / "trainer_state.pt"
+    try:
+        return cast(dict[str, Any], torch.load(f, map_location="cpu", weights_only=False))
+    except Exception as e:
+        raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e})") from e
+
+
+def _loads(ckpt: Path) -> str | None:
+    try:
+        _read_state(ckpt)
+    except CheckpointError as e:
+        return str(e)
+    return None
+
+
+def _load(f: Path, *, weights_only: bool) -> Any:
+    try:
+        return torch.load(f, map_location="cpu", weights_only=weights_only)
+    except Exception as e:
+        raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e})") from e
+
+
+def load_checkpoint(
+    trainer: TrainerParts, path: str | Path, say: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Resumes from a step directory or a root; returns ``extra``.
+
+    Under a root, the newest checkpoint that passes verification is used; a truncated
+    or corrupt newer one is passed over with a message through ``say``.
+
+    Raises:
+        NoCheckpointError: No good checkpoint there (each bad file named).
+        CheckpointError: A file of the chosen checkpoint cannot be read.
+    """
+    ckpt = select_checkpoint(path, say, skip=_loads)
+    state = _read_state(ckpt)
+    pairs: dict[str, tuple[nn.Module, torch.optim.Optimizer | None]] = {
+        "policy": (trainer.policy, trainer.optimizer)
+    }
+    if trainer.critic is not None:
+        pairs["critic"] = (trainer.critic, trainer.critic_optimizer)
+    if trainer.ref is not None and (ckpt / "model_ref.pt").is_file():
+        pairs["ref"] = (trainer.ref, None)
+    for k, (module, opt) in pairs.items():
+        sd = _load(ckpt / f"model_{k}.pt", weights_only=True)
+        if dist_active():
+            set_model_state_dict(module, sd, options=_LOAD)
+        else:
+            module.load_state_dict(sd)
+        if opt is not None:
+            osd = _load(ckpt / f"optim_{k}.pt", weights_only=False)
+            if dist_active():
+                set_optimizer_state_dict(module, opt, osd, options=_LOAD)
+            else:
+                opt.load_state_dict(osd)
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    if trainer.critic_scheduler is not None and state["critic_scheduler"] is not None:
+        trainer.critic_scheduler.load_state_dict(state["critic_scheduler"])
+    trainer.kl_ctl.load_state_dict(state["kl_ctl"])
+    trainer.global_step = int(state["global_step"])
+    trainer.optimizer_steps = int(state["optimizer_steps"])
+    trainer.samples_seen = int(state["samples_seen"])
+    trainer.dropped_groups_total = int(state["dropped_groups_total"])
+    rng = state["rng"]
+    restore_rng_state(rng[trainer.rank] if trainer.rank < len(rng) else rng[0])
+    _barrier()
+    return dict(state["extra"])
