@@ -1,21 +1,32 @@
-"""One machine-readable line per headline figure, for ``make bench``'s summary table.
+"""One machine-readable line per headline figure, and the table of recorded results.
 
 A benchmark calls :func:`report` beside its human output; it prints
 ``BENCH-RESULT {json}`` on stdout, which ``benchmarks/run_all.py`` collects from
 each benchmark's subprocess into one table (value, target, value/target, PASS or
 SHORT) and a JSON file.
+
+``benchmarks/results.json`` keeps the last recorded figures of each benchmark (the
+docs link to it instead of quoting numbers). ``python -m benchmarks.report`` prints
+it as Markdown tables; ``--merge bench-results.json`` first records the figures of a
+full ``make bench`` run (``run_all``'s JSON) into it.
+
+Run: ``python -m benchmarks.report [--merge RUN_JSON] [--results PATH]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 PREFIX = "BENCH-RESULT "
+RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
 class Better(StrEnum):
@@ -130,3 +141,126 @@ def report(
     r = Result(name, value, target, unit, Better(better), baseline)
     print(r.to_line(), file=file or sys.stdout, flush=True)
     return r
+
+
+# --- benchmarks/results.json: the recorded figures, as Markdown -------------------------
+
+_RESULT_FIELDS = {f.name for f in fields(Result)}
+_NOT_FIGURES = {"date", "commit", "machine", "note", "results", "table"}
+
+
+def figures(entry: dict[str, Any]) -> list[tuple[Result, list[float] | None]]:
+    """The figures of one results.json entry, each with its ``range`` over runs, if any.
+
+    An entry holds a ``results`` list (``Result`` fields, plus an optional ``range``
+    [low, high]); an entry without one (``make_train``'s) gives its top-level numbers,
+    in seconds where the key ends in ``_s``.
+    """
+    if "results" in entry:
+        out = []
+        for d in entry["results"]:
+            r = Result(**{k: v for k, v in d.items() if k in _RESULT_FIELDS} | nan_if_null(d))
+            out.append((r, d.get("range")))
+        return out
+    return [
+        (Result(k, v, unit="s" if k.endswith("_s") else ""), None)
+        for k, v in entry.items()
+        if k not in _NOT_FIGURES and isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+
+
+def nan_if_null(d: dict[str, Any]) -> dict[str, float]:
+    """``value`` as NaN where the JSON holds null (``run_all`` writes NaN so)."""
+    return {"value": math.nan} if d.get("value") is None else {}
+
+
+def _fmt(v: float) -> str:
+    a = abs(v)
+    if a != 0 and (a >= 1e5 or a < 1e-3):
+        return f"{v:.3g}"
+    return f"{v:,.0f}" if a >= 100 else f"{v:.3g}"
+
+
+def _cell(s: object) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(data: dict[str, dict[str, Any]]) -> str:
+    """results.json as Markdown: one table of every figure, then each entry's own table
+    (``table``: columns and rows) and its setup notes."""
+    head = "| benchmark | figure | value | range | target | value/target | result | date |"
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    for bench, entry in data.items():
+        date = str(entry.get("date") or "—")[:10]
+        for r, rng in figures(entry):
+            unit = f" {r.unit}" if r.unit else ""
+            target = "—"
+            if r.target is not None:
+                target = f"{'≥' if r.better == Better.HIGHER else '≤'} {_fmt(r.target)}{unit}"
+            span = "—" if not rng else f"{_fmt(rng[0])}–{_fmt(rng[1])}"
+            ratio = "—" if r.ratio is None else f"{r.ratio:.2f}"
+            cells = [bench, r.name, _fmt(r.value) + unit, span, target, ratio, r.verdict, date]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    for bench, entry in data.items():
+        table = entry.get("table")
+        if table:
+            lines += ["", f"{bench}:", ""]
+            lines.append("| " + " | ".join(_cell(c) for c in table["columns"]) + " |")
+            lines.append("|" + "---|" * len(table["columns"]))
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table["rows"]]
+    notes = [(b, e) for b, e in data.items() if e.get("note")]
+    if notes:
+        lines += ["", "Setups:", ""]
+        for bench, entry in notes:
+            cpus = (entry.get("machine") or {}).get("cpus")
+            where = f" ({cpus} CPUs)" if cpus else ""
+            lines.append(f"- **{bench}**{where}: {entry['note']}")
+    return "\n".join(lines)
+
+
+def merge(run: dict[str, Any], data: dict[str, dict[str, Any]]) -> list[str]:
+    """Record the figures of a ``run_all`` JSON (not ``--quick``) into ``data``.
+
+    Each benchmark that ran without failing replaces its entry (its ``note`` and
+    ``table`` are kept); failed ones are left as they were. Returns the names recorded.
+
+    Raises:
+        ValueError: The run used ``--quick`` sizes, whose figures are not for tracking.
+    """
+    if run.get("quick"):
+        raise ValueError("a --quick run's figures are not recorded; run make bench in full")
+    done = []
+    for b in run.get("benchmarks", []):
+        if b.get("status") != "ok" or not b.get("results"):
+            continue
+        old = data.get(b["benchmark"], {})
+        entry = {k: run.get(k) for k in ("date", "commit", "machine")}
+        entry |= {k: old[k] for k in ("note", "table") if k in old}
+        entry["results"] = [
+            {k: v for k, v in r.items() if k in _RESULT_FIELDS} for r in b["results"]
+        ]
+        data[b["benchmark"]] = entry
+        done.append(b["benchmark"])
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="The recorded benchmark figures as Markdown.")
+    p.add_argument("--results", type=Path, default=RESULTS, help="results.json to read.")
+    p.add_argument("--merge", type=Path, help="record a run_all JSON (bench-results.json) first")
+    a = p.parse_args(argv)
+    data = json.loads(a.results.read_text()) if a.results.is_file() else {}
+    if a.merge:
+        try:
+            done = merge(json.loads(a.merge.read_text()), data)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        a.results.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        print(f"recorded {', '.join(done) or 'nothing'} in {a.results}\n")
+    print(markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
