@@ -1,4 +1,4 @@
-"""The tiny default model: tokenizer, synthetic demonstrations, SFT warm start, cache."""
+"""Models: the named models (the SmolLM2 default), GGUF import, the tiny model, SFT warm start."""
 
 from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 from agentrl.models.tokenizer import build_tokenizer, save_tokenizer

@@ -1,4 +1,4 @@
-"""Rollout: the AgentLoop state machine, delta tokenization and the RolloutRunner."""
+"""Rollout: the AgentLoop state machine, the RolloutRunner, multi-stage turns."""
 
 from agentrl.chat.consistency import ConsistencyReport, check_chat_template
 from agentrl.chat.templates import Capabilities, TemplateReport, inspect_template

@@ -1,4 +1,4 @@
-"""Tools: ``@tool`` functions, tool-call parsers per model family, and the executor."""
+"""Tools: ``@tool`` functions, the registry, the executor; parsers re-exported from chat."""
 
 from agentrl.chat.detect import DetectedParsers, detect_parsers
 from agentrl.chat.parsers import (

@@ -232,8 +232,11 @@ async def test_privileges_cannot_be_gained(pair: tuple[DockerSandbox, DockerSand
     r = await a.exec("unshare -r id -u; unshare -m true; echo done")
     assert "done" in r.stdout and r.stdout.strip() == "done", r
     # Seen from the host, nothing the sandbox runs is root.
-    top = await asyncio.to_thread(docker_client().api.top, a.container_id, ps_args="-eo uid,args")
-    uids = {row[0].strip() for row in top["Processes"]}
+    top = await asyncio.to_thread(
+        docker_client().api.top, a.container_id, ps_args="-eo pid,uid,args"
+    )
+    col = top["Titles"].index("UID")
+    uids = {row[col].strip() for row in top["Processes"]}
     assert uids and "0" not in uids, top
     await assert_healthy(a, b)
 
