@@ -68,7 +68,19 @@ class RunConfig(Strict):
         default_factory=dict, description="Keyword arguments for the env's constructor."
     )
     tasks: str | None = Field(
-        None, description="Task file (parquet/jsonl); None uses the env's built-in generator."
+        None,
+        description="Training tasks (docs/envs.md#task-sources): a task file (.parquet, "
+        ".jsonl, .json), a Hugging Face datasets save_to_disk directory (a DatasetDict "
+        "gives its 'train' split), an .arrow file, or hf:PATH[:SPLIT] (PATH a save_to_disk "
+        "directory, a data file or a folder of them, read with the datasets package: pip "
+        "install 'agentrl[hf]'). None uses the env's built-in generator.",
+    )
+    task_columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Column mapping {task_field: dataset_column} applied to every row of "
+        "tasks and eval.tasks before the env sees it: each row becomes exactly these fields "
+        "(map a column to itself to keep it), e.g. {prompt: question, answer: answer}. "
+        "Empty: rows as they are.",
     )
     task_kwargs: dict[str, Any] | None = Field(
         None,
@@ -119,6 +131,17 @@ class RunConfig(Strict):
         "steps'; METRIC a metrics.jsonl key or kl, entropy, reward, grad_norm, truncated, "
         "length, zero_std, value_loss, is_ratio.",
     )
+
+    @field_validator("task_columns")
+    @classmethod
+    def _task_columns_named(cls, value: dict[str, str]) -> dict[str, str]:
+        for field, column in value.items():
+            if not field.strip() or not column.strip():
+                raise ValueError(
+                    f"a field and the column it comes from must both be named (got "
+                    f"{field!r}: {column!r})"
+                )
+        return value
 
     @field_validator("early_stop")
     @classmethod

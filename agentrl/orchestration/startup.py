@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import tempfile
 import time
@@ -21,7 +22,7 @@ from agentrl.config import RunConfig, dump_config
 from agentrl.env import Env, call_maybe_async, provides
 from agentrl.errors import ComponentError, TaskSpecError, UserError
 from agentrl.inference.protocol import SamplingParams
-from agentrl.loading.task_files import read_rows
+from agentrl.loading.task_sources import read_task_source
 from agentrl.orchestration.phases import PhaseClock
 from agentrl.reporting.run_dir import RunDir
 from agentrl.rollout import AgentLoop, LoopConfig
@@ -45,22 +46,39 @@ def load_tasks_for(
     cfg: RunConfig, env_cls: type[Env]
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Train and held-out tasks: from ``cfg.tasks`` or the env's ``default_tasks``
-    (called with ``cfg.task_kwargs``).
+    (called with ``cfg.task_kwargs``), and ``cfg.eval.tasks``.
 
-    A task file is read with the env's ``load_tasks(path)`` when it has one (which
-    validates each row), else as plain rows; the first tenth (at most
-    ``eval.num_tasks``) is held out.
+    A source (a task file, a ``datasets`` directory or ``.arrow`` file, ``hf:PATH[:SPLIT]``;
+    :mod:`agentrl.loading.task_sources`) has its columns mapped by ``cfg.task_columns`` and
+    its rows validated by the env's ``load_tasks`` when it has one. The held-out tasks are
+    the first ``eval.num_tasks`` rows of ``eval.tasks`` when it is set (and every row of
+    ``tasks`` trains); else the first tenth (at most ``eval.num_tasks``) of ``tasks`` is
+    held out, or the env's ``default_tasks(split="test")`` gives them.
     """
-    if cfg.tasks:
-        # An agent (agent.solve) gets its task file's rows as they are; an env validates them.
-        own = not cfg.agent.solve and provides(env_cls, "load_tasks")
-        try:
-            rows = (
-                list(env_cls.load_tasks(cfg.tasks)) if own else [r for _, r in read_rows(cfg.tasks)]
-            )
-        except (OSError, ValueError) as e:  # missing, unreadable or malformed: the user's file
-            raise TaskSpecError(f"tasks={cfg.tasks}: {e}") from e
+    if cfg.task_columns and not (cfg.tasks or cfg.eval.tasks):
+        raise TaskSpecError(
+            f"task_columns={cfg.task_columns} maps the columns of tasks= and eval.tasks=, and "
+            "neither is set (the env's built-in tasks need no mapping)"
+        )
+    # An agent (agent.solve) gets its tasks' rows as they are; an env validates them.
+    own = not cfg.agent.solve and provides(env_cls, "load_tasks")
+    read = functools.partial(
+        read_task_source, env_cls=env_cls if own else None, columns=cfg.task_columns
+    )
+    rows = read(cfg.tasks, setting="tasks") if cfg.tasks else None
+    held_out = None
+    if cfg.eval.tasks:
+        held_out = read(cfg.eval.tasks, setting="eval.tasks", limit=cfg.eval.num_tasks)
+    if rows is not None:
+        if held_out is not None:
+            return rows, held_out
         n_eval = min(cfg.eval.num_tasks, max(1, len(rows) // 10))
+        if len(rows) <= n_eval:
+            raise TaskSpecError(
+                f"tasks={cfg.tasks}: holds {len(rows)} task(s), and the first {n_eval} are held "
+                "out for evaluation, which leaves none to train on; give more, or a separate "
+                "held-out source with eval.tasks="
+            )
         return rows[n_eval:], rows[:n_eval]
     if not provides(env_cls, "default_tasks"):
         raise TaskSpecError(
@@ -80,6 +98,8 @@ def load_tasks_for(
             f"task_kwargs {kwargs} do not fit {cfg.env}'s default_tasks: {e}"
         ) from e
     train_rows = list(default(split="train", n=4096, seed=cfg.seed, **kwargs))
+    if held_out is not None:
+        return train_rows, held_out
     eval_rows = list(default(split="test", n=cfg.eval.num_tasks, seed=cfg.seed, **kwargs))
     return train_rows, eval_rows
 
