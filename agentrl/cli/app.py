@@ -35,7 +35,10 @@ _add_model_app()
 
 
 def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    # The message is text: an error it quotes may hold "[...]" that is no markup.
+    console.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code=2)
 
 
@@ -214,14 +217,11 @@ def train_cmd(
 
 
 def eval_summary(before: dict[str, float], after: dict[str, float], steps: int) -> str:
-    """The run's closing line on held-out success (a resumed run has no "before")."""
-    a = after["success"]
-    if "success" in before:
-        b = before["success"]
-        change = f"{b:.3f} → {a:.3f} ({a - b:+.3f})"
-    else:  # a resumed run does not evaluate its starting point again
-        change = f"{a:.3f} (resumed run: the starting figure is in metrics.jsonl)"
-    return f"held-out success: {change} after {steps} steps"
+    """The run's closing line on held-out success (a resumed run has no "before"; an
+    evaluation whose episodes were all discarded is "not measured", never 0.000)."""
+    from agentrl.reporting.discards import held_out_line
+
+    return held_out_line(before, after, steps)
 
 
 @app.command("eval")

@@ -3,6 +3,11 @@
 Only the files a request needs are read: a step's episode list reads that step's
 small columns (ids, reward, stop reason, loss mask), cached until the file changes;
 one episode reads its step's file once (the last few files stay cached).
+
+A step's episodes are those it trained on (``trajectories/step_N.parquet``) followed by
+those it discarded (``discarded/step_N.parquet``: agent, env, server errors, with their
+tracebacks in ``error``); a discarded episode's summary has ``discarded`` true and its
+``discard_reason``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ __all__ = [
 ]
 
 _SUMMARY_COLUMNS = ("episode_id", "task_id", "group_id", "reward", "stop_reason", "num_turns")
+_DISCARD_REASON = "discard_reason"  # the extra column of a discarded/ file (reporting.run_dir)
 
 
 class NotARunDirError(ValueError):
@@ -102,7 +108,7 @@ class RunData:
                 "or trajectories/; give the directory `agentrl train` printed)"
             )
         self._lock = threading.Lock()
-        self._summaries: dict[int, tuple[tuple[str, int, int], list[dict[str, Any]]]] = {}
+        self._summaries: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
         self._episodes: OrderedDict[tuple[str, int, int], list[Trajectory]] = OrderedDict()
 
     # ------------------------------------------------------------------ steps
@@ -110,64 +116,54 @@ class RunData:
     def step_file(self, step: int) -> Path:
         return self.path / "trajectories" / f"step_{step:06d}.parquet"
 
+    def discarded_file(self, step: int) -> Path:
+        """The step's discarded episodes (absent when none was discarded)."""
+        return self.path / "discarded" / f"step_{step:06d}.parquet"
+
+    def _files(self, step: int) -> list[Path]:
+        """The step's files that exist: trained episodes, then discarded ones.
+
+        Raises:
+            KeyError: The step has neither.
+        """
+        files = [f for f in (self.step_file(step), self.discarded_file(step)) if f.is_file()]
+        if not files:
+            raise KeyError(step)
+        return files
+
     def steps(self) -> list[int]:
-        """Steps with a trajectory file, ascending."""
-        out = []
-        for f in (self.path / "trajectories").glob("step_*.parquet"):
-            try:
-                out.append(int(f.stem.removeprefix("step_")))
-            except ValueError:
-                continue
+        """Steps with a trajectory file (or a file of discarded episodes), ascending."""
+        out: set[int] = set()
+        for d in ("trajectories", "discarded"):
+            for f in (self.path / d).glob("step_*.parquet"):
+                try:
+                    out.add(int(f.stem.removeprefix("step_")))
+                except ValueError:
+                    continue
         return sorted(out)
 
     def num_episodes(self, step: int) -> int:
-        """Episodes in a step's file (read from the parquet footer only)."""
-        return int(pq.ParquetFile(self.step_file(step)).metadata.num_rows)
+        """Episodes of a step, discarded ones included (read from the parquet footers only)."""
+        files = [f for f in (self.step_file(step), self.discarded_file(step)) if f.is_file()]
+        return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
 
     # ---------------------------------------------------------------- episodes
 
     def summaries(self, step: int) -> list[dict[str, Any]]:
-        """One small dict per episode of ``step`` (no token lists).
+        """One small dict per episode of ``step`` (no token lists), discarded ones last.
 
         Raises:
             KeyError: No trajectory file for ``step``.
         """
-        path = self.step_file(step)
-        if not path.is_file():
-            raise KeyError(step)
-        key = _file_key(path)
+        files = self._files(step)
+        key = tuple(_file_key(f) for f in files)
         with self._lock:
             hit = self._summaries.get(step)
         if hit is not None and hit[0] == key:
             return hit[1]
-        names = set(pq.ParquetFile(path).schema_arrow.names)
-        cols = [c for c in (*_SUMMARY_COLUMNS, "strategy", "error", "loss_mask") if c in names]
-        table = pq.read_table(path, columns=cols)
-        mask = table.column("loss_mask").combine_chunks()
-        offsets = mask.offsets.to_numpy().astype(np.int64)
-        csum = np.concatenate([[0], np.cumsum(mask.values.to_numpy(zero_copy_only=False))])
-        model_tokens = csum[offsets[1:]] - csum[offsets[:-1]]
-        lengths = offsets[1:] - offsets[:-1]
-        rows = table.drop_columns(["loss_mask"]).to_pylist()
-        out = []
-        for i, r in enumerate(rows):
-            out.append(
-                {
-                    "id": f"{step}-{i}",
-                    "step": step,
-                    "index": i,
-                    "episode_id": r["episode_id"],
-                    "task_id": r["task_id"],
-                    "group_id": r["group_id"],
-                    "reward": r["reward"],
-                    "stop_reason": r["stop_reason"],
-                    "num_turns": r["num_turns"],
-                    "num_tokens": int(lengths[i]),
-                    "num_model_tokens": int(model_tokens[i]),
-                    "strategy": r.get("strategy") or "as_sampled",
-                    "error": bool(r.get("error")),
-                }
-            )
+        out: list[dict[str, Any]] = []
+        for path in files:
+            out += _summaries(path, step, start=len(out))
         with self._lock:
             self._summaries[step] = (key, out)
         return out
@@ -190,10 +186,7 @@ class RunData:
                     total += 1
         return total, page
 
-    def _step_trajectories(self, step: int) -> list[Trajectory]:
-        path = self.step_file(step)
-        if not path.is_file():
-            raise KeyError(step)
+    def _file_trajectories(self, path: Path) -> list[Trajectory]:
         key = _file_key(path)
         with self._lock:
             if key in self._episodes:
@@ -207,15 +200,19 @@ class RunData:
         return trajs
 
     def trajectory(self, step: int, index: int) -> Trajectory:
-        """Episode ``index`` of ``step``.
+        """Episode ``index`` of ``step`` (past the trained episodes: the discarded ones).
 
         Raises:
             KeyError: No such step or episode.
         """
-        trajs = self._step_trajectories(step)
-        if not 0 <= index < len(trajs):
-            raise KeyError(f"{step}-{index}")
-        return trajs[index]
+        rest = index
+        if rest >= 0:
+            for path in self._files(step):
+                trajs = self._file_trajectories(path)
+                if rest < len(trajs):
+                    return trajs[rest]
+                rest -= len(trajs)
+        raise KeyError(f"{step}-{index}")
 
     # ----------------------------------------------------------------- metrics
 
@@ -236,6 +233,42 @@ class RunData:
     def config_text(self) -> str | None:
         f = self.path / "config.yaml"
         return f.read_text() if f.is_file() else None
+
+
+def _summaries(path: Path, step: int, *, start: int) -> list[dict[str, Any]]:
+    """The summaries of one file of ``step``; its first episode has index ``start``."""
+    names = set(pq.ParquetFile(path).schema_arrow.names)
+    extra = ("strategy", "error", _DISCARD_REASON, "loss_mask")
+    cols = [c for c in (*_SUMMARY_COLUMNS, *extra) if c in names]
+    table = pq.read_table(path, columns=cols)
+    mask = table.column("loss_mask").combine_chunks()
+    offsets = mask.offsets.to_numpy().astype(np.int64)
+    csum = np.concatenate([[0], np.cumsum(mask.values.to_numpy(zero_copy_only=False))])
+    model_tokens = csum[offsets[1:]] - csum[offsets[:-1]]
+    lengths = offsets[1:] - offsets[:-1]
+    rows = table.drop_columns(["loss_mask"]).to_pylist()
+    out = []
+    for i, r in enumerate(rows):
+        out.append(
+            {
+                "id": f"{step}-{start + i}",
+                "step": step,
+                "index": start + i,
+                "episode_id": r["episode_id"],
+                "task_id": r["task_id"],
+                "group_id": r["group_id"],
+                "reward": r["reward"],
+                "stop_reason": r["stop_reason"],
+                "num_turns": r["num_turns"],
+                "num_tokens": int(lengths[i]),
+                "num_model_tokens": int(model_tokens[i]),
+                "strategy": r.get("strategy") or "as_sampled",
+                "error": bool(r.get("error")),
+                "discarded": _DISCARD_REASON in names,
+                "discard_reason": r.get(_DISCARD_REASON),
+            }
+        )
+    return out
 
 
 def metric_series(

@@ -13,10 +13,15 @@
   the new weights; every token records the version that produced it. With
   ``overlap_push`` the trainer snapshots its weights and trains on the next batch
   while the servers load them (AReaL's decoupled weight update); a group still
-  starts only within ``max_staleness`` of the weights the servers hold.
+  starts only within ``max_staleness`` of the weights the servers hold. When every
+  group the bound lets start was dropped (every episode broke), the step trains on
+  what it kept, perhaps nothing, rather than wait for a group that cannot start.
 
 Nothing is dropped silently: every discarded episode or group is counted with
-its reason in the step's metrics (``discard/<reason>``).
+its reason in the step's metrics (``discard/<reason>``), a step records how many
+episodes it generated and how many of them broke (``episodes/generated``,
+``episodes/discarded``), and the broken episodes themselves travel with the step
+(:attr:`StepOutput.discarded`, saved with their errors in ``RUN_DIR/discarded/``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ from agentrl.orchestration.tasks import TaskStream
 from agentrl.rewards import reward_model_metrics
 from agentrl.types import Trajectory
 
-__all__ = ["Driver", "GroupRunner", "StepOutput", "TrainerLike", "select_groups"]
+__all__ = ["Discarded", "Driver", "GroupRunner", "StepOutput", "TrainerLike", "select_groups"]
+
+Discarded = tuple[str, Trajectory]
+"""An episode discarded for its own sake: (reason, episode). The reason is its stop reason
+(``agent_error``, ``env_error``, ``llm_error`` …; the traceback is in ``error``) or
+``no_model_tokens``."""
 
 
 class GroupRunner(Protocol):
@@ -65,9 +75,17 @@ SyncWeights = Callable[[Any, PauseMode], Awaitable[int]]
 
 
 def select_groups(
-    groups: Sequence[list[Trajectory]], *, dynamic_filter: bool, min_group: int = 1
+    groups: Sequence[list[Trajectory]],
+    *,
+    dynamic_filter: bool,
+    min_group: int = 1,
+    discarded: list[Discarded] | None = None,
 ) -> tuple[list[list[Trajectory]], Counter[str]]:
     """Drops untrainable episodes and (optionally) uninformative groups, counting why.
+
+    Args:
+        discarded: When given, each episode dropped for its own sake (a failure stop
+            reason, or no model token) is appended to it with its reason.
 
     Returns:
         The kept groups and a counter of ``episode:<stop reason>`` and ``group:<reason>``.
@@ -78,11 +96,15 @@ def select_groups(
         ok = []
         for t in g:
             if t.stop_reason.is_failure:
-                why[f"episode:{t.stop_reason}"] += 1
+                reason = str(t.stop_reason)
             elif not t.num_model_tokens:
-                why["episode:no_model_tokens"] += 1  # e.g. the prompt alone filled the context
+                reason = "no_model_tokens"  # e.g. the prompt alone filled the context
             else:
                 ok.append(t)
+                continue
+            why[f"episode:{reason}"] += 1
+            if discarded is not None:
+                discarded.append((reason, t))
         if len(ok) < min_group or not ok:
             why["group:too_few_episodes"] += 1
             continue
@@ -102,12 +124,44 @@ class StepOutput:
         trajectories: The episodes trained on.
         metrics: The step's numbers.
         tasks: Task-stream indices consumed by the step (trained or discarded).
+        discarded: The episodes the step generated and dropped for their own sake, with
+            the reason (see :data:`Discarded`), in the order they were taken.
     """
 
     step: int
     trajectories: list[Trajectory]
     metrics: dict[str, float] = field(default_factory=dict)
     tasks: list[int] = field(default_factory=list)
+    discarded: list[Discarded] = field(default_factory=list)
+
+
+_EMPTY_BATCH_PREFIXES = ("reward/", "response/")
+"""Statistics of the trained batch that mean nothing when it is empty (a trainer reports
+``reward/mean`` 0.0 for no episode): left out of such a step's metrics."""
+
+
+@dataclass
+class _Taken:
+    """What a step took from generation: kept groups, consumed task indices, why the
+    rest was dropped, the dropped episodes and how many episodes there were."""
+
+    groups: list[list[Trajectory]] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)
+    why: Counter[str] = field(default_factory=Counter)
+    discarded: list[Discarded] = field(default_factory=list)
+    generated: int = 0
+
+    def add(
+        self, groups: Sequence[list[Trajectory]], *, dynamic_filter: bool, min_group: int
+    ) -> int:
+        """Selects from ``groups``; returns how many groups were kept."""
+        k, w = select_groups(
+            groups, dynamic_filter=dynamic_filter, min_group=min_group, discarded=self.discarded
+        )
+        self.groups += k
+        self.why += w
+        self.generated += sum(len(g) for g in groups)
+        return len(k)
 
 
 class Driver:
@@ -161,29 +215,23 @@ class Driver:
             task, index=index, seed=self.seed * 1_000_003 + index * 97, tag=f"i{index}"
         )
 
-    async def _collect(self) -> tuple[list[list[Trajectory]], list[int], Counter[str], float]:
+    async def _collect(self) -> tuple[_Taken, float]:
         """Generates until ``tasks_per_step`` kept groups (oversampling, bounded rounds)."""
         t0 = time.perf_counter()
-        kept: list[list[Trajectory]] = []
-        why: Counter[str] = Counter()
-        used: list[int] = []
+        taken = _Taken()
         n = math.ceil(self.tasks_per_step * self.config.oversample)
         for _ in range(4):
             batch = self.stream.take(n)
-            used += [i for i, _ in batch]
+            taken.used += [i for i, _ in batch]
             groups = await asyncio.gather(*(self._group(i, t) for i, t in batch))
-            k, w = select_groups(
-                groups, dynamic_filter=self.config.dynamic_filter, min_group=self._min_group
-            )
-            kept += k
-            why += w
-            if len(kept) >= self.tasks_per_step or not self.config.dynamic_filter:
+            taken.add(groups, dynamic_filter=self.config.dynamic_filter, min_group=self._min_group)
+            if len(taken.groups) >= self.tasks_per_step or not self.config.dynamic_filter:
                 break
-            n = self.tasks_per_step - len(kept)
-        if len(kept) > self.tasks_per_step:
-            why["group:surplus"] += len(kept) - self.tasks_per_step
-            kept = kept[: self.tasks_per_step]
-        return kept, used, why, time.perf_counter() - t0
+            n = self.tasks_per_step - len(taken.groups)
+        if len(taken.groups) > self.tasks_per_step:
+            taken.why["group:surplus"] += len(taken.groups) - self.tasks_per_step
+            taken.groups = taken.groups[: self.tasks_per_step]
+        return taken, time.perf_counter() - t0
 
     async def _train(self, groups: list[list[Trajectory]]) -> tuple[dict[str, float], float]:
         t0 = time.perf_counter()
@@ -243,12 +291,7 @@ class Driver:
                 await task
 
     def _commit(
-        self,
-        groups: list[list[Trajectory]],
-        used: list[int],
-        metrics: dict[str, float],
-        why: Counter[str],
-        times: dict[str, float],
+        self, taken: _Taken, metrics: dict[str, float], times: dict[str, float]
     ) -> StepOutput:
         """Counts a trained step: its tasks are done and the step number moves, together.
 
@@ -257,13 +300,20 @@ class Driver:
         step (a crash checkpoint taken while the push fails is consistent). The step
         stays in :attr:`unreported` until :meth:`_output` finishes it.
         """
-        self.stream.mark_done(used)
+        self.stream.mark_done(taken.used)
         self.step += 1
+        trained = [t for g in taken.groups for t in g]
         out = dict(metrics)
-        out.update({f"discard/{k}": float(v) for k, v in why.items()})
+        if not trained:  # nothing was trained on: no batch statistics
+            out = {k: v for k, v in out.items() if not k.startswith(_EMPTY_BATCH_PREFIXES)}
+        out.update({f"discard/{k}": float(v) for k, v in taken.why.items()})
         out.update({f"time/{k}": v for k, v in times.items()})
-        out["groups"] = float(len(groups))
-        self.unreported = StepOutput(self.step, [t for g in groups for t in g], out, sorted(used))
+        out["groups"] = float(len(taken.groups))
+        out["episodes/generated"] = float(taken.generated)
+        out["episodes/discarded"] = float(len(taken.discarded))
+        self.unreported = StepOutput(
+            self.step, trained, out, sorted(taken.used), list(taken.discarded)
+        )
         return self.unreported
 
     def finish_unreported(self) -> StepOutput | None:
@@ -309,9 +359,9 @@ class Driver:
 
     async def _sync(self, steps: int) -> Any:
         while self.step < steps and not self.stop.is_set():
-            groups, used, why, t_gen = await self._collect()
-            metrics, t_train = await self._train(groups)
-            done = self._commit(groups, used, metrics, why, {"generate": t_gen, "train": t_train})
+            taken, t_gen = await self._collect()
+            metrics, t_train = await self._train(taken.groups)
+            done = self._commit(taken, metrics, {"generate": t_gen, "train": t_train})
             t_sync = await self._push("wait")
             yield self._output(done, {"sync": t_sync})
 
@@ -321,12 +371,12 @@ class Driver:
         try:
             while self.step < steps and not self.stop.is_set() and pending is not None:
                 t0 = time.perf_counter()
-                groups, used, why, t_gen = await pending
+                taken, t_gen = await pending
                 t_wait = time.perf_counter() - t0
                 t_sync = await self._push("wait") if trained else 0.0
                 last = self.step + 1 >= steps
                 pending = None if last else asyncio.create_task(self._collect())
-                metrics, t_train = await self._train(groups)
+                metrics, t_train = await self._train(taken.groups)
                 trained = True
                 times = {
                     "generate": t_gen,
@@ -336,7 +386,7 @@ class Driver:
                 }
                 # The step's version is that of the weights its update makes (pushed when
                 # the next batch is in, or after the last step), as in the other modes.
-                done = self._commit(groups, used, metrics, why, times)
+                done = self._commit(taken, metrics, times)
                 yield self._output(done, {}, self.version + 1)
             if trained:
                 await self._push("wait")
@@ -395,17 +445,22 @@ class Driver:
         try:
             while self.step < steps and not self.stop.is_set():
                 t0 = time.perf_counter()
-                kept: list[list[Trajectory]] = []
-                used: list[int] = []
-                why: Counter[str] = Counter()
-                while len(kept) < self.tasks_per_step:
+                taken = _Taken()
+                while len(taken.groups) < self.tasks_per_step:
+                    # (a finished group is in the buffer before its task leaves in_flight)
+                    running = any(not t.done() for t in in_flight)
+                    pushing = self._background is not None and not self._background.done()
+                    if buffer.empty() and not running and not pushing and not allowed():
+                        # Every group the staleness bound let start was dropped (e.g. every
+                        # episode broke): none can come until this step trains and pushes,
+                        # so it trains on what it kept (perhaps nothing) instead of waiting
+                        # forever.
+                        break
                     index, group = await buffer.get()
-                    used.append(index)
-                    k, w = select_groups(
+                    taken.used.append(index)
+                    k = taken.add(
                         [group], dynamic_filter=cfg.dynamic_filter, min_group=self._min_group
                     )
-                    kept += k
-                    why += w
                     if not k:
                         dropped += 1
                         async with can_start:
@@ -415,9 +470,9 @@ class Driver:
                 if cfg.backfill == "while_training":
                     async with can_start:
                         can_start.notify_all()
-                metrics, t_train = await self._train(kept)
+                metrics, t_train = await self._train(taken.groups)
                 times = {"wait_buffer": t_wait, "train": t_train}
-                done = self._commit(kept, used, metrics, why, times)
+                done = self._commit(taken, metrics, times)
                 if cfg.overlap_push:
                     # Every push bumps the version by one: the step's version is known now.
                     t_sync, t_prev = await self._start_push(mode, on_pushed)

@@ -1,4 +1,11 @@
-"""Held-out evaluation: success rate, pass@k and mean reward of the served policy."""
+"""Held-out evaluation: success rate, pass@k and mean reward of the served policy.
+
+An episode that broke for a reason not the policy's doing (agent, env, server, template
+or reward-model error: a failure stop reason) is counted in ``discarded`` and its
+reason in ``stop/<reason>``; it counts as not succeeding. When every episode is
+discarded, ``success`` 0.0 is no measurement: the run's lines say "not measured"
+(:func:`agentrl.reporting.discards.eval_line`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +17,21 @@ from agentrl.env import Env
 from agentrl.inference.protocol import LLMClient
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.rollout.runner import RolloutResult
+from agentrl.types import Trajectory
 
-__all__ = ["eval_metrics", "evaluate"]
+__all__ = ["EvalResult", "eval_metrics", "evaluate"]
+
+
+class EvalResult(dict[str, float]):
+    """An evaluation's numbers (a plain ``dict`` to every reader: logged, printed, compared)
+    that also carries its discarded episodes, (stop reason, episode) each, in
+    :attr:`discarded`, for the run to save with their tracebacks."""
+
+    discarded: list[tuple[str, Trajectory]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.discarded = []
 
 
 async def evaluate(
@@ -25,14 +45,15 @@ async def evaluate(
     temperature: float = 0.0,
     success_threshold: float = 1.0,
     max_concurrency: int = 256,
-) -> dict[str, float]:
+) -> EvalResult:
     """Runs ``k`` episodes per task and reports how often the policy succeeds.
 
     An episode succeeds when its reward is at least ``success_threshold``.
 
     Returns:
         ``success`` (mean over all episodes), ``pass@k`` (fraction of tasks with at
-        least one success), ``reward_mean``, ``turns_mean`` and stop-reason counts.
+        least one success), ``reward_mean``, ``turns_mean``, ``episodes``, ``discarded``
+        and stop-reason counts.
     """
     cfg = replace(loop_config, sampling=replace(loop_config.sampling, temperature=temperature))
     runner = RolloutRunner(
@@ -42,9 +63,11 @@ async def evaluate(
     return eval_metrics(result, k=k, success_threshold=success_threshold)
 
 
-def eval_metrics(result: RolloutResult, *, k: int, success_threshold: float) -> dict[str, float]:
-    """Success, pass@k, mean reward, mean turns and stop-reason counts of ``result``."""
+def eval_metrics(result: RolloutResult, *, k: int, success_threshold: float) -> EvalResult:
+    """Success, pass@k, mean reward, mean turns, discarded episodes and stop-reason counts
+    of ``result`` (the discarded episodes themselves in :attr:`EvalResult.discarded`)."""
     trajs = result.trajectories
+    broken = [(str(t.stop_reason), t) for t in trajs if t.stop_reason.is_failure]
     wins = [t.reward >= success_threshold for t in trajs]
     out = {
         "success": sum(wins) / max(len(wins), 1),
@@ -53,6 +76,9 @@ def eval_metrics(result: RolloutResult, *, k: int, success_threshold: float) -> 
         "reward_mean": result.metrics.get("reward_mean", 0.0),
         "turns_mean": result.metrics.get("turns_mean", 0.0),
         "episodes": float(len(trajs)),
+        "discarded": float(len(broken)),
     }
     out.update({f"stop/{r}": float(c) for r, c in result.stop_reasons.items()})
-    return out
+    res = EvalResult(out)
+    res.discarded = broken
+    return res

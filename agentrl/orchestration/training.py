@@ -3,6 +3,11 @@
 :func:`drive` is shared by the local run (:mod:`agentrl.orchestration.run`) and the Ray
 placement (:mod:`agentrl.orchestration.placement.train`), which differ only in how they
 start the servers, the trainer and the rollout side.
+
+Discarded episodes (agent, env, server, template errors) are saved with their
+tracebacks in ``RUN_DIR/discarded/``, the first traceback is printed once, and after
+``orchestration.max_all_discarded_steps`` consecutive steps in which every episode was
+discarded the run checkpoints and stops with :class:`AllDiscardedError`.
 """
 
 from __future__ import annotations
@@ -31,12 +36,20 @@ from agentrl.orchestration.resume import (
 )
 from agentrl.orchestration.startup import ComponentError, Prepared
 from agentrl.orchestration.tasks import TaskStream
+from agentrl.reporting.discards import eval_line
 from agentrl.reporting.early_stop import RunWatch
 from agentrl.reporting.progress import ProgressLog, plot_curve
 from agentrl.reporting.run_dir import RunDir
 from agentrl.trainer.engine.checkpoint import CheckpointError, select_checkpoint
 
-__all__ = ["RunResult", "drive", "evaluate_held_out"]
+__all__ = ["AllDiscardedError", "RunResult", "drive", "evaluate_held_out"]
+
+
+class AllDiscardedError(ComponentError):
+    """The run stopped because every episode of ``orchestration.max_all_discarded_steps``
+    consecutive steps was discarded; the message names the reasons, the first error and
+    the setting. The checkpoint of the last step is saved, and ``summary.json`` holds the
+    message under ``failed``."""
 
 
 @dataclass
@@ -124,14 +137,23 @@ async def drive(
         except Exception as e:
             raise ComponentError(f"loading the starting weights into the servers: {e!r}") from e
 
-    watch = RunWatch(cfg.early_stop, say)  # live red flags (agentrl doctor run) + early_stop
+    # Live red flags (agentrl doctor run), early_stop rules and discarded episodes.
+    watch = RunWatch(
+        cfg.early_stop,
+        say,
+        max_all_discarded_steps=cfg.orchestration.max_all_discarded_steps,
+        run_dir=run.path,
+    )
 
     async def run_eval(step: int) -> dict[str, float]:
         with prep.clock.phase("evaluation"):
             res = await evaluate_held_out(prep, llm)
         run.log(step, res, kind="eval")
         progress.eval(step, res)
-        say(f"eval @ step {step}: success {res['success']:.3f}")
+        say(eval_line(step, res))
+        broken = getattr(res, "discarded", [])  # an EvalResult carries its broken episodes
+        saved = run.save_discarded(step, broken, evaluation=True)
+        watch.discarded(f"eval @ step {step}", broken, saved)
         watch.eval(step, res)
         return res
 
@@ -173,6 +195,8 @@ async def _loop(
         log_tasks(run, out)
         progress.step(out.step, out.metrics)
         run.save_trajectories(out.step, out.trajectories)
+        saved = run.save_discarded(out.step, out.discarded)
+        watch.discarded(f"step {out.step}", out.discarded, saved)
 
     before = await run_eval(driver.step) if not resume else {}
     loop = asyncio.get_running_loop()
@@ -185,14 +209,17 @@ async def _loop(
             record(out)
             if on_step:
                 on_step(out.step, out.metrics)
-            if watch.step(out.step, out.metrics):  # an early_stop rule holds: end after this step
+            # An early_stop rule holds, or every episode was discarded for too many steps:
+            # end after this step.
+            if watch.step(out.step, out.metrics):
                 stop.set()
             if out.step % cfg.save_every == 0:
                 await asyncio.to_thread(checkpoint, {})
-            if cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps:
+            mid_eval = cfg.eval.every and out.step % cfg.eval.every == 0 and out.step < cfg.steps
+            if mid_eval and watch.failed is None:
                 await driver.settle()  # (overlap_push) the servers hold this step's weights
                 await run_eval(out.step)
-        interrupted = stop.is_set() and watch.reason is None
+        interrupted = stop.is_set() and watch.reason is None and watch.failed is None
     except Exception as e:
         raise await _crashed(e, driver, run, record, checkpoint, lambda: saved, say) from e
     finally:
@@ -202,10 +229,18 @@ async def _loop(
         mid_evals = clock.seconds.get("evaluation", 0.0) - evaluated
         clock.add("training", time.monotonic() - started - mid_evals)
     stopped = {"early_stop": watch.reason} if watch.reason else {}
+    if watch.failed:
+        stopped = {"failed": watch.failed}
     try:
         await asyncio.to_thread(checkpoint, stopped)
     except CheckpointError as e:
         raise ComponentError(f"checkpoint at step {driver.step} failed: {e}") from e
+    if watch.failed:  # no final evaluation, no final model: nothing was learned
+        _write_summary(run, before, {}, driver.step, stopped, clock.summary())
+        raise AllDiscardedError(
+            f"{watch.failed}; checkpoint of step {driver.step} saved (once the cause is "
+            f"fixed, continue with --resume {run.path})"
+        )
     if interrupted:
         say(f"interrupted: checkpoint saved; continue with --resume {run.path}")
         return RunResult(run.path, driver.step, before, {}, interrupted=True)
@@ -213,18 +248,29 @@ async def _loop(
     await asyncio.to_thread(trainer.save_hf, run.final_model)
     seconds = clock.summary()
     say(describe_phases(seconds))
+    _write_summary(run, before, after, driver.step, stopped, seconds)
+    return RunResult(run.path, driver.step, before, after, early_stop=watch.reason)
+
+
+def _write_summary(
+    run: RunDir,
+    before: dict[str, float],
+    after: dict[str, float],
+    steps: int,
+    stopped: dict[str, str],
+    seconds: dict[str, float],
+) -> None:
     (run.path / "summary.json").write_text(
         json.dumps(
             {
                 "eval_before": before,
                 "eval_after": after,
-                "steps": driver.step,
+                "steps": steps,
                 **stopped,
                 "seconds": seconds,
             }
         )
     )
-    return RunResult(run.path, driver.step, before, after, early_stop=watch.reason)
 
 
 async def _crashed(

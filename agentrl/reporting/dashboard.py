@@ -3,8 +3,9 @@
 Each rule reads the rows of metrics.jsonl (the keys the trainer and driver write:
 ``reward/mean``, ``reward/zero_std_group_frac``, ``kl/ref_kl``, ``actor/entropy``,
 ``actor/clip_low_frac`` + ``actor/clip_high_frac``, ``response/truncated_frac``,
-``actor/grad_norm_max``, ``loss/value``, ``offpolicy/rho_mean``, and the eval rows'
-``success``) and returns the step at which its condition began. Thresholds are the
+``actor/grad_norm_max``, ``loss/value``, ``offpolicy/rho_mean``, ``episodes/generated``
+with ``episodes/discarded``, and the eval rows' ``success``) and returns the step at
+which its condition began. Thresholds are the
 runbook's: KL < 0.005 or > 2, clip fraction > 0.3 sustained, > 80% truncated, etc.
 """
 
@@ -16,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.reporting.discards import all_discarded, describe_counts, discard_counts
+
 __all__ = ["FAILURE_MODES", "RULES", "Flag", "Rule", "finite_number", "series", "sustained"]
 
 FAILURE_MODES: dict[str, str] = {
@@ -25,6 +28,8 @@ FAILURE_MODES: dict[str, str] = {
     "instability": "instability: updates too large, the policy or critic drifts or diverges",
     "mismatch": "train/inference mismatch: the sampler and the trainer disagree (off-policy)",
     "length_runaway": "length runaway: responses run into the token cap and get truncated",
+    "broken_episodes": "broken episodes: every episode fails (agent, env, inference server, "
+    "chat template or reward model) and is discarded, so nothing is trained",
 }
 """The failure modes a flag can point to (name → what goes wrong)."""
 
@@ -206,6 +211,30 @@ def _is_ratio(train: Sequence[Mapping[str, Any]], _: Any) -> tuple[int, str] | N
     return hit[0], f"mean importance ratio π/μ = {hit[1]:.3g}, outside [0.8, 1.25] for 2+ steps"
 
 
+def _all_discarded(train: Sequence[Mapping[str, Any]], _: Any) -> tuple[int, str] | None:
+    # A step that generated episodes and discarded every one: it trained on nothing.
+    hit = [r for r in train if all_discarded(r)]
+    if not hit:
+        return None
+    first = hit[0]
+    n = int(first["episodes/generated"])
+    why = describe_counts(discard_counts(first)) or "no reason recorded"
+    more = f"; {len(hit)} such steps, the last at step {hit[-1]['step']}" if len(hit) > 1 else ""
+    return int(first["step"]), (
+        f"every episode of the step was discarded ({n} of {n}: {why}){more}"
+    )
+
+
+def _measured(evals: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Evaluations with a measured success (not every episode discarded)."""
+    out = []
+    for r in evals:
+        n, d = finite_number(r.get("episodes")), finite_number(r.get("discarded"))
+        if n is None or d is None or not d >= n > 0:
+            out.append(r)
+    return out
+
+
 def _reward_vs_heldout(
     train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]]
 ) -> tuple[int, str] | None:
@@ -213,7 +242,7 @@ def _reward_vs_heldout(
     # held-out success has not improved since the first eval; flagged at the first such
     # eval if it still holds at the last one.
     r = series(train, "reward/mean", "score/mean")
-    e = series(evals, "success")
+    e = series(_measured(evals), "success")
     if len(r) < 10 or len(e) < 2:
         return None
     start = statistics.fmean(v for _, v in r[:5])
@@ -373,6 +402,22 @@ RULES: tuple[Rule, ...] = (
         ),
         _reward_vs_heldout,
         ("success",),
+    ),
+    Rule(
+        "all_discarded",
+        "broken_episodes",
+        (
+            "read the first traceback (the run prints it once) or any other: "
+            "RUN_DIR/discarded/step_N.parquet, `agentrl view RUN_DIR --web`",
+            "agent_error: run the agent's solve once by hand against a served model",
+            "env_error: `agentrl doctor env --env ENV`",
+            "llm_error: the inference server logs (RUN_DIR/logs/)",
+            "tokenization_error: `agentrl doctor tokenizer --model PATH`",
+            "orchestration.max_all_discarded_steps: such steps in a row before the run "
+            "stops (0: never)",
+        ),
+        _all_discarded,
+        ("episodes/generated",),
     ),
 )
 """Every dashboard rule, in dashboard order."""

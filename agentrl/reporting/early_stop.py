@@ -20,9 +20,12 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from agentrl.reporting.discards import DiscardLog
 from agentrl.reporting.doctor import LiveDoctor
+from agentrl.types import Trajectory
 
 __all__ = ["ALIASES", "EarlyStop", "RunWatch", "StopRule", "parse_rule"]
 
@@ -127,16 +130,29 @@ class EarlyStop:
 
 
 class RunWatch:
-    """What a training run watches live: red flags (printed once) and early-stop rules.
+    """What a training run watches live: red flags (printed once), early-stop rules and
+    discarded episodes (the first traceback, printed once; the stop after
+    ``max_all_discarded_steps`` consecutive steps in which every episode was discarded).
 
     Args:
         rules: Early-stop rule texts.
         say: Where flag and stop messages go.
+        max_all_discarded_steps: See :class:`~agentrl.reporting.discards.DiscardLog` (0: never).
+        run_dir: The run directory, named in the stop message.
     """
 
-    def __init__(self, rules: Sequence[str], say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        rules: Sequence[str],
+        say: Callable[[str], None],
+        *,
+        max_all_discarded_steps: int = 0,
+        run_dir: Path | None = None,
+    ) -> None:
         self.doctor = LiveDoctor()
         self.early = EarlyStop(rules)
+        self.discards = DiscardLog(say, max_all_discarded_steps)
+        self.run_dir = run_dir
         self.say = say
 
     @property
@@ -144,14 +160,27 @@ class RunWatch:
         """Why the run stopped early (None: it did not)."""
         return self.early.reason
 
+    @property
+    def failed(self) -> str | None:
+        """Why the run must stop as failed: every episode discarded for too many steps."""
+        return self.discards.stop_message
+
+    def discarded(
+        self, where: str, items: Sequence[tuple[str, Trajectory]], saved: Path | None = None
+    ) -> None:
+        """Notes a step's (or an evaluation's) discarded episodes; prints the run's first error."""
+        self.discards.episodes(where, items, saved)
+
     def step(self, step: int, metrics: Mapping[str, Any]) -> bool:
-        """Adds a training step; prints new red flags; True when an early-stop rule is met."""
+        """Adds a training step; prints new red flags; True when the run must stop (an
+        early-stop rule is met, or :attr:`failed`)."""
         for flag in self.doctor.step(step, metrics):
             self.say(flag.render())
+        stop = self.discards.step(step, metrics, self.run_dir) is not None
         if self.early.reason is None and self.early.update(step, metrics) is not None:
             self.say(f"early stop after step {step}: {self.early.reason}")
             return True
-        return False
+        return stop
 
     def eval(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Adds an evaluation; prints new red flags."""

@@ -18,7 +18,9 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["ProgressLog", "plot_curve", "wandb_pointer"]
+from agentrl.reporting.discards import describe_counts, discard_counts, eval_discards
+
+__all__ = ["ProgressLog", "discard_part", "plot_curve", "wandb_pointer"]
 
 # (metric key, label, format) of the health metrics shown each step, when present.
 _SHOWN = (
@@ -35,8 +37,18 @@ _SHOWN = (
 )
 
 
+def discard_part(metrics: Mapping[str, float]) -> str | None:
+    """``discarded D/N (reason n, …)`` of a step that discarded episodes, else None."""
+    d, n = metrics.get("episodes/discarded"), metrics.get("episodes/generated")
+    if not d or n is None or not math.isfinite(float(d)):
+        return None
+    why = describe_counts(discard_counts(metrics))
+    return f"discarded {d:.0f}/{n:.0f}" + (f" ({why})" if why else "")
+
+
 class ProgressLog:
-    """Prints one line per step (step, health metrics, throughput, ETA) and logs to wandb.
+    """Prints one line per step (step, discarded episodes, health metrics, throughput, ETA)
+    and logs to wandb.
 
     Args:
         total_steps: Steps of the run (for the ETA).
@@ -100,6 +112,9 @@ class ProgressLog:
         elapsed = time.monotonic() - self.t0
         eta = elapsed / max(done, 1) * max(self.total - step, 0)
         parts = [f"step {step}/{self.total}"]
+        discarded = discard_part(metrics)
+        if discarded:
+            parts.append(discarded)
         seen: set[str] = set()
         for key, label, fmt in _SHOWN:
             v = metrics.get(key)
@@ -144,6 +159,11 @@ def wandb_pointer(run: Any) -> str | None:
     return f"wandb: run at {run.url}" if run.url else None
 
 
+def _measured(res: Mapping[str, Any]) -> bool:
+    d, n, _ = eval_discards(res)
+    return not d >= n > 0
+
+
 def plot_curve(lines: Iterable[Mapping[str, Any]], path: Path) -> Path:
     """Draws training reward and eval success against step into a PNG."""
     import matplotlib
@@ -153,7 +173,11 @@ def plot_curve(lines: Iterable[Mapping[str, Any]], path: Path) -> Path:
 
     lines = list(lines)
     train = [(m["step"], m.get("reward/mean")) for m in lines if m.get("kind") == "train"]
-    evals = [(m["step"], m["success"]) for m in lines if m.get("kind") == "eval"]
+    evals = [
+        (m["step"], m["success"])
+        for m in lines
+        if m.get("kind") == "eval" and _measured(m)  # not when every episode was discarded
+    ]
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
     pts = [(s, r) for s, r in train if r is not None]
     if pts:

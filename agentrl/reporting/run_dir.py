@@ -5,7 +5,10 @@ Layout::
     RUN_DIR/
       config.yaml            the resolved config (every field)
       metrics.jsonl          one JSON object per step (and per eval)
-      trajectories/step_000001.parquet   every episode of the step, columnar
+      trajectories/step_000001.parquet   every episode the step trained on, columnar
+      discarded/step_000001.parquet      the step's episodes dropped for their own sake
+                                         (agent/env/LLM errors …): reason and traceback
+      discarded/eval_000000.parquet      the same for the evaluation at that step
       checkpoints/step_000010/           trainer + run state (atomic)
       final_model/           a plain HF model directory
       curve.png              reward and eval success vs step
@@ -25,7 +28,11 @@ import pyarrow.parquet as pq
 
 from agentrl.types import Message, StopReason, Trajectory, TurnSpan
 
-__all__ = ["RunDir", "read_trajectories", "write_trajectories"]
+__all__ = ["RunDir", "read_discarded", "read_trajectories", "write_trajectories"]
+
+DISCARD_REASON = "discard_reason"
+"""The extra column of a ``discarded/`` file: why the episode was not trained on (its stop
+reason, e.g. ``agent_error``, or ``no_model_tokens``); the traceback is in ``error``."""
 
 _SCHEMA = pa.schema(
     [
@@ -63,11 +70,17 @@ def _json(x: Any) -> str:
     return json.dumps(x, default=str, separators=(",", ":"))
 
 
-def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
+def write_trajectories(
+    trajs: Sequence[Trajectory],
+    path: str | Path,
+    *,
+    discard_reasons: Sequence[str] | None = None,
+) -> None:
     """Writes trajectories to a parquet file (zstd), one row per episode.
 
     Every Trajectory field is stored; ``rollout_logprobs`` as float32 (about 7
-    significant digits), the rest exactly.
+    significant digits), the rest exactly. ``discard_reasons`` (one per episode) adds
+    the :data:`DISCARD_REASON` column of a ``discarded/`` file.
     """
     cols: dict[str, list[Any]] = {f.name: [] for f in _SCHEMA}
     for t in trajs:
@@ -90,9 +103,15 @@ def write_trajectories(trajs: Sequence[Trajectory], path: str | Path) -> None:
         cols["strategy"].append(t.strategy)
         cols["sample_starts"].append(t.sample_starts)
         cols["tool_calls"].append(_json(t.tool_calls))
+    schema = _SCHEMA
+    if discard_reasons is not None:
+        if len(discard_reasons) != len(trajs):
+            raise ValueError(f"{len(discard_reasons)} discard reasons for {len(trajs)} episodes")
+        cols[DISCARD_REASON] = list(discard_reasons)
+        schema = schema.append(pa.field(DISCARD_REASON, pa.string()))
     path = Path(path)
     tmp = path.with_suffix(".tmp")
-    pq.write_table(pa.table(cols, schema=_SCHEMA), tmp, compression="zstd")
+    pq.write_table(pa.table(cols, schema=schema), tmp, compression="zstd")
     tmp.replace(path)
 
 
@@ -130,6 +149,12 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
             )
         )
     return out
+
+
+def read_discarded(path: str | Path) -> list[tuple[str, Trajectory]]:
+    """Reads a ``discarded/`` file: (reason, episode) per row, the traceback in ``error``."""
+    reasons = pq.read_table(path, columns=[DISCARD_REASON]).column(DISCARD_REASON).to_pylist()
+    return list(zip(reasons, read_trajectories(path), strict=True))
 
 
 class RunDir:
@@ -176,4 +201,30 @@ class RunDir:
     def save_trajectories(self, step: int, trajs: Sequence[Trajectory]) -> Path:
         path = self.path / "trajectories" / f"step_{step:06d}.parquet"
         write_trajectories(trajs, path)
+        return path
+
+    @property
+    def discarded_dir(self) -> Path:
+        """Where discarded episodes go (created with the first one)."""
+        return self.path / "discarded"
+
+    def discarded_file(self, step: int, *, evaluation: bool = False) -> Path:
+        """``discarded/step_N.parquet`` (a training step) or ``discarded/eval_N.parquet``."""
+        return self.discarded_dir / f"{'eval' if evaluation else 'step'}_{step:06d}.parquet"
+
+    def save_discarded(
+        self, step: int, items: Sequence[tuple[str, Trajectory]], *, evaluation: bool = False
+    ) -> Path | None:
+        """Writes a step's (or an evaluation's) discarded episodes with their reasons.
+
+        Returns the file, or None when there are none; then an older file of that step
+        (a step logged again after a resume) is removed, so the directory describes
+        the steps as last run.
+        """
+        path = self.discarded_file(step, evaluation=evaluation)
+        if not items:
+            path.unlink(missing_ok=True)
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_trajectories([t for _, t in items], path, discard_reasons=[r for r, _ in items])
         return path

@@ -29,6 +29,10 @@ def healthy(step: int) -> dict[str, Any]:
         "actor/grad_norm_max": 1.3 + 0.2 * w,
         "loss/value": 0.5 - 0.005 * step,
         "offpolicy/rho_mean": 1.0 + 0.01 * w,
+        # 8 episodes a step, one of them broken now and then (not all: no flag).
+        "episodes/generated": 8.0,
+        "episodes/discarded": float(step % 3 == 0),
+        "discard/episode:env_error": float(step % 3 == 0),
     }
 
 
@@ -68,6 +72,15 @@ CASES = {
     # start median ≈ 0.485 (steps 1-5) → 10 > 4.85.
     "value_loss_diverging": ({"loss/value": lambda s: 10.0 * (s - 18)}, BREAK),
     "is_ratio_far_from_1": ({"offpolicy/rho_mean": 1.6}, BREAK),
+    # every one of the 8 episodes discarded, from step 20 on (one such step is enough).
+    "all_discarded": (
+        {
+            "episodes/discarded": 8.0,
+            "discard/episode:agent_error": 8.0,
+            "discard/episode:env_error": 0.0,
+        },
+        BREAK,
+    ),
 }
 
 
