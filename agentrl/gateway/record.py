@@ -60,10 +60,16 @@ class Segment:
         self.spans.append(TurnSpan(start, len(self.token_ids), kind))
 
     def add_model(
-        self, ids: Sequence[int], logprobs: Sequence[float], versions: Sequence[int]
-    ) -> None:
-        """Appends sampled tokens with their logprobs and weight versions."""
+        self, ids: Sequence[int], logprobs: Sequence[float], versions: Sequence[int],
+        inserted: Sequence[int] = (),
+    ) -> None:  # fmt: skip
+        """Appends a model turn: sampled tokens with their logprobs and weight versions,
+        after ``inserted`` ones the model did not sample (a forced opening; loss mask 0)."""
         start = len(self.token_ids)
+        self.token_ids.extend(inserted)
+        self.loss_mask.extend([0] * len(inserted))
+        self.logprobs.extend([0.0] * len(inserted))
+        self.versions.extend([-1] * len(inserted))
         self.token_ids.extend(ids)
         self.loss_mask.extend([1] * len(ids))
         self.logprobs.extend(logprobs)

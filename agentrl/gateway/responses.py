@@ -16,7 +16,8 @@ __all__ = ["Reply", "chat_body", "chat_chunks", "completion_body"]
 
 @dataclass(frozen=True)
 class Reply:
-    """What one generation turned into, in OpenAI's terms."""
+    """What one generation turned into, in OpenAI's terms (``stop_string``: the stop string
+    that ended it, if one did)."""
 
     content: str
     tool_calls: tuple[ToolCall, ...]
@@ -27,6 +28,7 @@ class Reply:
     completion_tokens: int
     model: str
     reasoning: str = ""
+    stop_string: str | None = None
 
 
 def _usage(r: Reply) -> dict[str, int]:

@@ -1,15 +1,19 @@
-"""The gateway's HTTP server: OpenAI's chat/completions API in front of the Router.
+"""The gateway's HTTP server: OpenAI's and Anthropic's APIs in front of the Router.
 
 Each episode gets its own base URL, ``http://HOST:PORT/sessions/{token}/v1``, so
-any OpenAI client library works by setting ``base_url``. Routes under it:
-``POST chat/completions`` (streaming and not), ``POST completions`` and
-``GET models``. The server runs in the caller's event loop (the Router and the
-agents live there too) and never installs signal handlers, so Ctrl-C stays the
-run's.
+any OpenAI client library works by setting ``base_url`` (an Anthropic client's is
+the same without ``/v1``). Routes under it: ``POST chat/completions`` (streaming
+and not), ``POST completions``, ``POST responses`` (OpenAI's Responses API,
+:mod:`agentrl.gateway.responses_api`), ``POST messages`` (Anthropic's Messages API,
+:mod:`agentrl.gateway.messages_api`) and ``GET models``. The server runs in the
+caller's event loop (the Router and the agents live there too) and never installs
+signal handlers, so Ctrl-C stays the run's.
 
-Every failure of a request is answered with an OpenAI-style error body (4xx
-for the request, 5xx for the inference side) that the ``openai`` client raises;
-nothing a request does can take the server, or the run, down.
+Every failure of a request is answered with an error body in the client's format
+(OpenAI's; Anthropic's on the Messages route or for a request with an
+``anthropic-version`` header), 4xx for the request and 5xx for the inference side,
+which the client raises; an unknown route gets a 404 naming the served ones.
+Nothing a request does can take the server, or the run, down.
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ import json
 import socket
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from agentrl.gateway.messages_api import message_body, message_events, parse_messages_request
 from agentrl.gateway.openai_api import (
     ApiError,
     error_body,
@@ -34,44 +38,38 @@ from agentrl.gateway.openai_api import (
     parse_completion_request,
 )
 from agentrl.gateway.responses import chat_body, chat_chunks, completion_body
+from agentrl.gateway.responses_api import (
+    parse_responses_request,
+    response_body,
+    response_events,
+)
 from agentrl.gateway.session import GatewayLimits, Session
 from agentrl.gateway.templates import Templates
+from agentrl.gateway.wire import (
+    ROUTES,
+    Answer,
+    anthropic_error,
+    error_answer,
+    looks_anthropic,
+    sse_bytes,
+    sse_stream,
+    unknown_route,
+)
 from agentrl.inference.protocol import LLMClient
-from agentrl.types import StopReason
+from agentrl.types import Message, StopReason
 
 __all__ = ["Answer", "Gateway", "sse_bytes"]
 
-
-def _error(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A response, whatever carries it: a JSON ``body``, or ``stream`` (SSE events)."""
-
-    status: int
-    body: Any
-    stream: Iterator[dict[str, Any]] | None = None
+Handler = Callable[[Session, Any], Awaitable[Answer]]
+_SESSION_ROUTES = {tuple(r.split(" ", 1)) for r in ROUTES}
 
 
-def sse_bytes(items: Iterator[dict[str, Any]]) -> bytes:
-    """``items`` as one server-sent-events body, ``[DONE]`` last."""
-    return b"".join(
-        [*(f"data: {json.dumps(i, ensure_ascii=False)}\n\n".encode() for i in items), _DONE]
-    )
-
-
-_DONE = b"data: [DONE]\n\n"
-
-
-def _sse(items: Iterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async def gen() -> AsyncIterator[bytes]:
-        for item in items:
-            yield f"data: {json.dumps(item, ensure_ascii=False)}\n\n".encode()
-        yield _DONE
-
-    return gen()
+def _http(ans: Answer) -> Response:
+    if ans.stream is not None:
+        return StreamingResponse(
+            sse_stream(ans.stream, events=ans.events), media_type="text/event-stream"
+        )
+    return JSONResponse(ans.body, status_code=ans.status)
 
 
 class Gateway:
@@ -139,6 +137,10 @@ class Gateway:
         """The session's OpenAI base URL (ends in ``/v1``)."""
         return f"http://{self.host}:{self.port}/sessions/{session.token}/v1"
 
+    def anthropic_base_url(self, session: Session) -> str:
+        """The session's base URL for an Anthropic client (it appends ``/v1/messages``)."""
+        return f"http://{self.host}:{self.port}/sessions/{session.token}"
+
     def _session(self, token: str) -> Session:
         s = self.sessions.get(token)
         if s is None:
@@ -159,80 +161,120 @@ class Gateway:
         async def health() -> dict[str, Any]:
             return {"status": "ok", "sessions": len(self.sessions)}
 
-        @app.get("/sessions/{token}/v1/models")
-        async def session_models(token: str) -> Response:
-            ans = self.models(token)
-            return JSONResponse(ans.body, status_code=ans.status)
-
         @app.get("/v1/models")
         async def list_models() -> dict[str, Any]:
             return self._models
 
-        @app.post("/sessions/{token}/v1/chat/completions")
-        async def chat(token: str, request: Request) -> Response:
-            return await self._handle(token, request, chat=True)
-
-        @app.post("/sessions/{token}/v1/completions")
-        async def completions(token: str, request: Request) -> Response:
-            return await self._handle(token, request, chat=False)
-
-        @app.post("/v1/chat/completions")
-        @app.post("/v1/completions")
-        async def no_session() -> Response:
-            return _error(
-                ApiError(
-                    404,
-                    "no session in the URL: each episode has its own base URL "
-                    "(http://HOST:PORT/sessions/{token}/v1)",
-                    code="session_not_found",
-                )
+        @app.api_route("/sessions/{token}/v1/{route:path}", methods=["GET", "POST"])
+        async def session_route(token: str, route: str, request: Request) -> Response:
+            raw = await request.body() if request.method == "POST" else b""
+            ans = await self.dispatch(
+                request.method, token, route, raw, request.headers, path=request.url.path
             )
+            return _http(ans)
+
+        @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+        async def other(path: str, request: Request) -> Response:
+            route = path.removeprefix("v1/")
+            if path.startswith("v1/") and (request.method, route) in _SESSION_ROUTES:
+                msg = (
+                    "no session in the URL: each episode has its own base URL "
+                    "(http://HOST:PORT/sessions/{token}/v1)"
+                )
+                e = ApiError(404, msg, code="session_not_found")
+                return _http(error_answer(e, anthropic=looks_anthropic(path, request.headers)))
+            return _http(unknown_route(request.method, "/" + path, request.headers))
 
         return app
 
-    async def _handle(self, token: str, request: Request, *, chat: bool) -> Response:
-        ans = await self.answer(token, await request.body(), chat=chat)
-        if ans.stream is not None:
-            return StreamingResponse(_sse(ans.stream), media_type="text/event-stream")
-        return JSONResponse(ans.body, status_code=ans.status)
+    async def dispatch(
+        self, method: str, token: str, route: str, raw: bytes, headers: Mapping[str, str],
+        *, path: str = "",
+    ) -> Answer:  # fmt: skip
+        """Answers one request to a session's route, whichever transport it came over
+        (HTTP or in process); a route the gateway does not serve gets a 404 naming those
+        it does, in the client's error format."""
+        if method == "GET" and route == "models":
+            return self.models(token)
+        if method == "POST" and route == "chat/completions":
+            return await self.answer(token, raw, chat=True)
+        if method == "POST" and route == "completions":
+            return await self.answer(token, raw, chat=False)
+        if method == "POST" and route == "responses":
+            return await self._guard(token, raw, self._responses, api="responses")
+        if method == "POST" and route == "messages":
+            return await self._guard(token, raw, self._messages, api="messages", anthropic=True)
+        return unknown_route(method, path or f"/sessions/{token}/v1/{route}", headers)
 
     async def answer(self, token: str, raw: bytes, *, chat: bool) -> Answer:
         """Answers one request body to a session's chat/completions (``chat``) or
-        completions route, whichever transport it came over (HTTP or in-process)."""
+        completions route."""
+        if chat:
+            return await self._guard(token, raw, self._chat, api="chat")
+        return await self._guard(token, raw, self._complete, api="completions")
+
+    async def _guard(
+        self, token: str, raw: bytes, handler: Handler, *, api: str, anthropic: bool = False
+    ) -> Answer:
+        """Runs ``handler`` on the session and the parsed body, counting the request
+        (``gateway/api_{api}``); every failure becomes an error answer in the client's
+        format (OpenAI's, or Anthropic's)."""
         session: Session | None = None
         try:
             session = self._session(token)
+            session.count(f"gateway/api_{api}")
             try:
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ApiError(400, f"the request body is not valid JSON: {e}") from e
-            if chat:
-                creq = parse_chat_request(body)
-                reply = await session.chat(creq)
-                if creq.stream:
-                    chunks = chat_chunks(
-                        reply, logprobs=creq.logprobs, include_usage=creq.include_usage
-                    )
-                    return Answer(200, None, chunks)
-                return Answer(200, chat_body(reply, logprobs=creq.logprobs))
-            treq = parse_completion_request(body)
-            reply = await session.complete(treq)
-            out = completion_body(reply, logprobs=treq.logprobs, stream=treq.stream)
-            if treq.stream:
-                return Answer(200, None, iter([out]))
-            return Answer(200, out)
+            return await handler(session, body)
         except ApiError as e:
             if session is not None:
                 session.count(f"gateway/errors_{e.status}")
                 session.last_api_error = e.message
-            return Answer(e.status, e.body())
+            return error_answer(e, anthropic=anthropic)
         except Exception:  # a bug here must not take the run down: the episode records it
             tb = traceback.format_exc()
             if session is not None:
                 session.end(StopReason.INTERNAL_ERROR, tb)
+            msg = f"internal gateway error: {tb.splitlines()[-1]}"
             return Answer(
-                500, error_body(f"internal gateway error: {tb.splitlines()[-1]}", status=500)
+                500, anthropic_error(500, msg) if anthropic else error_body(msg, status=500)
             )
+
+    async def _chat(self, session: Session, body: Any) -> Answer:
+        creq = parse_chat_request(body)
+        reply = await session.chat(creq)
+        if creq.stream:
+            chunks = chat_chunks(reply, logprobs=creq.logprobs, include_usage=creq.include_usage)
+            return Answer(200, None, chunks)
+        return Answer(200, chat_body(reply, logprobs=creq.logprobs))
+
+    async def _complete(self, session: Session, body: Any) -> Answer:
+        treq = parse_completion_request(body)
+        reply = await session.complete(treq)
+        out = completion_body(reply, logprobs=treq.logprobs, stream=treq.stream)
+        if treq.stream:
+            return Answer(200, None, iter([out]))
+        return Answer(200, out)
+
+    async def _responses(self, session: Session, body: Any) -> Answer:
+        rreq = parse_responses_request(body, session.responses)
+        reply = await session.chat(rreq.chat)
+        resp = response_body(reply, rreq)
+        if rreq.store:  # what previous_response_id continues: input and output
+            said = Message("assistant", reply.content, reply.tool_calls, reasoning=reply.reasoning)
+            session.responses[resp["id"]] = [*rreq.history, said]
+        if rreq.stream:
+            return Answer(200, None, response_events(resp), events=True)
+        return Answer(200, resp)
+
+    async def _messages(self, session: Session, body: Any) -> Answer:
+        mreq = parse_messages_request(body)
+        msg = message_body(await session.chat(mreq.chat))
+        if mreq.stream:
+            return Answer(200, None, message_events(msg), events=True)
+        return Answer(200, msg)
 
     def models(self, token: str) -> Answer:
         """``GET models`` of a session."""

@@ -22,86 +22,25 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from agentrl.chat.tokenization import ChatTokenizer, TemplateError
+from agentrl.gateway.limits import (
+    GatewayLimits,
+    canon,
+    extends,
+    kept,
+    over_budget_message,
+)
 from agentrl.gateway.openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 from agentrl.gateway.record import Segment, to_trajectory
 from agentrl.gateway.responses import Reply
 from agentrl.gateway.templates import Templates
 from agentrl.inference.protocol import Generation, LLMClient, LLMError, SamplingParams
-from agentrl.rollout.agent_loop import LoopConfig
 from agentrl.types import Message, StopReason, ToolCall, Trajectory
 
 __all__ = ["GatewayLimits", "Session"]
-
-
-@dataclass(frozen=True)
-class GatewayLimits:
-    """The run's limits on what an agent may ask for, and how its model is rendered.
-
-    The episode budgets, sampling defaults and parsers are the AgentLoop's own
-    :class:`~agentrl.rollout.LoopConfig` (one source of truth for both kinds of run);
-    the rest is what only the gateway needs.
-
-    Attributes:
-        loop: Budgets (``max_turns``: most model calls per episode, later calls get a
-            ``length`` finish; ``max_total_tokens``: context budget of one segment;
-            ``max_tokens_per_turn``: an agent's ``max_tokens`` may only lower it),
-            ``sampling`` defaults for what the agent does not send, and the run's
-            ``tool_parser`` / ``reasoning_parser``.
-        max_temperature: An agent's temperature above this is lowered to it.
-        strategy: "as_sampled" or "per_turn" (the template strategy of the run).
-        inject_tools: Tool schemas and calls in the Hermes format, for a template
-            that drops them (as the AgentLoop does; then ``tool_parser="auto"`` reads
-            Hermes).
-        model_name: The model id ``GET /v1/models`` lists (any ``model`` is accepted).
-    """
-
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    max_temperature: float = 2.0
-    strategy: str = "as_sampled"
-    inject_tools: bool = False
-    model_name: str = "agentrl-policy"
-
-    @property
-    def tool_parser(self) -> str:
-        """The tool parser the gateway uses: Hermes for injected tools under ``auto``."""
-        name = self.loop.tool_parser
-        return "hermes" if self.inject_tools and name == "auto" else name
-
-
-def _canon(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
-
-
-def _key(m: Message) -> tuple[Any, ...]:
-    calls = tuple((c.name, _canon(c.arguments)) for c in m.tool_calls)
-    if m.role == "assistant":  # as the gateway returned it; clients drop ids and whitespace
-        return ("assistant", m.content.strip(), calls)
-    return (m.role, m.content, calls, m.tool_call_id or "", m.name or "")
-
-
-def _extends(recorded: Sequence[Message], request: Sequence[Message]) -> bool:
-    return len(request) >= len(recorded) and all(
-        _key(a) == _key(b) for a, b in zip(recorded, request, strict=False)
-    )
-
-
-def _cut_at_stop(
-    chat: ChatTokenizer, ids: list[int], stops: Sequence[str]
-) -> tuple[int, str] | None:
-    """(tokens to keep, text before the stop string) at the first stop string, else None."""
-    if not stops or not any(s in chat.decode(ids) for s in stops):
-        return None
-    for k in range(1, len(ids) + 1):
-        text = chat.decode(ids[:k])
-        hits = [i for s in stops if (i := text.find(s)) >= 0]
-        if hits:
-            return k, text[: min(hits)]
-    return None
 
 
 _DEFAULT_ID = re.compile(r"call_\d+")
@@ -133,6 +72,9 @@ class Session:
         self.closed = False
         self.token = ""
         self.last_api_error: str | None = None
+        self.fatal = False  # the gateway ended the episode; the agent's error follows from it
+        self.cut_by_budget = False  # the last reply was cut by the run's token budget
+        self.responses: dict[str, list[Message]] = {}  # Responses API: conversation by id
         self._lock = asyncio.Lock()
         self._inflight: set[asyncio.Future[Generation]] = set()
 
@@ -183,6 +125,7 @@ class Session:
 
     def _length_reply(self, context: int) -> Reply:
         self.count("gateway/length_replies")
+        self.cut_by_budget = True
         return Reply("", (), "length", [], [], context, 0, self.limits.model_name)
 
     async def _generate(self, context: list[int], params: SamplingParams) -> Generation:
@@ -213,32 +156,15 @@ class Session:
         self._check_open()
         return replace(gen, weight_versions=list(versions))
 
-    @staticmethod
-    def _sampled(
-        chat: ChatTokenizer, gen: Generation, stops: Sequence[str]
-    ) -> tuple[Generation, str, str]:
-        """The kept tokens (cut after a stop string), their text and the finish reason."""
-        ids = list(gen.token_ids)
-        body = ids[:-1] if ids and ids[-1] in chat.eot_ids else ids
-        cut = _cut_at_stop(chat, body, stops)
-        if cut is not None:
-            k, text = cut
-            gen = replace(
-                gen, token_ids=ids[:k], logprobs=gen.logprobs[:k],
-                weight_versions=gen.weight_versions[:k],
-            )  # fmt: skip
-            return gen, text, "stop"
-        return gen, chat.decode(body), "length" if gen.finish_reason == "length" else "stop"
-
     def _reply(
         self, gen: Generation, content: str, calls: tuple[ToolCall, ...], finish: str,
-        context: int, reasoning: str = "",
+        context: int, reasoning: str = "", stop: str | None = None,
     ) -> Reply:  # fmt: skip
         tok = self.templates.tokenizer
         tokens = [str(t) for t in tok.convert_ids_to_tokens(list(gen.token_ids))]
         return Reply(
             content, calls, finish, tokens, list(gen.logprobs), context, len(gen.token_ids),
-            self.limits.model_name, reasoning,
+            self.limits.model_name, reasoning, stop,
         )  # fmt: skip
 
     def _new_segment(self, seg: Segment) -> None:
@@ -246,6 +172,22 @@ class Session:
             seg.rewrite = True
             self.count("gateway/rewrites")
         self.segments.append(seg)
+
+    def _note_cut(self, finish: str, asked: Sampling, params: SamplingParams) -> None:
+        """Whether this reply was cut by the run's token budget (not the agent's own cap)."""
+        self.cut_by_budget = finish == "length" and (
+            asked.max_tokens is None or asked.max_tokens > params.max_tokens
+        )
+
+    def _check_budget(self, context: int) -> None:
+        """A first prompt that leaves nothing to generate ends the episode (``max_tokens``),
+        with a message naming the settings to raise, instead of empty ``length`` replies."""
+        if self.turns == 0 and context >= self.limits.loop.max_total_tokens:
+            msg = over_budget_message(context, self.limits)
+            self.end(StopReason.MAX_TOKENS, msg)
+            self.fatal = True
+            self.count("gateway/prompt_over_budget")
+            raise ApiError(400, msg, param="messages", code="context_length_exceeded")
 
     # ------------------------------------------------------------------ requests
 
@@ -258,7 +200,7 @@ class Session:
             or cur.chat is None
             or cur.tools_key != key
             or self.limits.strategy == "per_turn"
-            or not _extends(cur.messages, req.messages)
+            or not extends(cur.messages, req.messages)
         ):
             return None
         chat = cur.chat
@@ -272,11 +214,57 @@ class Session:
             return None  # cannot extend exactly: a counted new segment instead
         return cur, close, delta
 
+    def _opening(self, req: ChatRequest) -> str:
+        """The text put, untrained, at the start of a forced turn ("prefill"), else ""."""
+        if req.tool_choice != "required" or self.limits.forced_tool_choice != "prefill":
+            return ""
+        tag = getattr(getattr(self.templates.parser, "tools", None), "start_tag", None)
+        return tag if isinstance(tag, str) else ""
+
+    def _parse(self, req: ChatRequest, text: str, finish: str) -> tuple[str, str, Any]:
+        """(content, reasoning, parsed or None) of a turn's text."""
+        use_tools = bool(req.tools) and req.tool_choice != "none"
+        if finish == "length":
+            return text, "", None
+        parsed = self.templates.parse(text, req.tools if use_tools else [])
+        if not use_tools:
+            return (parsed.content if parsed.reasoning else text), parsed.reasoning, None
+        if parsed.errors:  # the agent sees what the model wrote
+            return text, parsed.reasoning, parsed
+        return parsed.content, parsed.reasoning, parsed
+
+    async def _turn(
+        self, req: ChatRequest, chat: ChatTokenizer, context: list[int], opening: list[int],
+        params: SamplingParams,
+    ) -> tuple[Generation, str, str, str | None, str, str, Any]:  # fmt: skip
+        """One model turn; a forced tool choice resamples it until it holds a call of an
+        allowed function (``forced_tool_choice_tries`` at most; the last is kept)."""
+        forced = req.tool_choice == "required"
+        tries = self.limits.forced_tool_choice_tries if forced else 1
+        prefix = chat.decode(opening) if opening else ""
+        for attempt in range(tries):
+            p = params
+            if attempt and params.seed is not None:  # the same seed would sample it again
+                p = replace(params, seed=params.seed + attempt)
+            gen = await self._generate([*context, *opening], p)
+            gen, text, finish, stop = kept(chat, gen, req.sampling.stop)
+            content, reasoning, parsed = self._parse(req, prefix + text, finish)
+            if not forced:
+                break
+            calls = parsed.tool_calls if parsed is not None and not parsed.errors else ()
+            if calls and all(req.tool_name in (None, c.name) for c in calls):
+                break
+            if attempt + 1 < tries:
+                self.count("gateway/tool_choice_resamples")
+            else:
+                self.count("gateway/tool_choice_unmet")
+        return gen, text, finish, stop, content, reasoning, parsed
+
     async def chat(self, req: ChatRequest) -> Reply:
         """Answers one chat request, recording its tokens exactly."""
         async with self._lock:
             self._check_open()
-            key = _canon(req.tools)
+            key = canon(req.tools)
             ext = self._extend(req, key)
             if ext is not None:
                 cur, close, delta = ext
@@ -291,11 +279,16 @@ class Session:
                         400, f"the chat template cannot render these messages: {e}",
                         param="messages",
                     ) from e  # fmt: skip
-            params = self._params(req.sampling, len(context), chat)
+            self._check_budget(len(context))
+            forced_open = self._opening(req)
+            opening = chat.encode(forced_open) if forced_open else []
+            params = self._params(req.sampling, len(context) + len(opening), chat)
             if params is None:
                 return self._length_reply(len(context))
-            gen = await self._generate(context, params)
-            gen, text, finish = self._sampled(chat, gen, req.sampling.stop)
+            gen, _text, finish, stop, content, reasoning, parsed = await self._turn(
+                req, chat, context, opening, params
+            )
+            self._note_cut(finish, req.sampling, params)
 
             if ext is None:
                 seg = Segment("chat", key, chat, list(req.messages))
@@ -307,28 +300,19 @@ class Session:
                 seg.add(close, "observation")
                 seg.add(delta, "observation")
                 seg.messages.extend(req.messages[len(seg.messages) :])
-            seg.add_model(gen.token_ids, gen.logprobs, gen.weight_versions)
+            seg.add_model(gen.token_ids, gen.logprobs, gen.weight_versions, inserted=opening)
             self.turns += 1
 
-            content, reasoning = text, ""
             calls: tuple[ToolCall, ...] = ()
-            use_tools = bool(req.tools) and req.tool_choice != "none"
-            if finish != "length":
-                parsed = self.templates.parse(text, req.tools if use_tools else [])
-                reasoning = parsed.reasoning
-                if use_tools:
-                    calls = tuple(
-                        replace(c, id=f"call_{self.turns}_{i}")
-                        if not c.id or _DEFAULT_ID.fullmatch(c.id)
-                        else c  # a family's native ids (Mistral, Kimi) are kept
-                        for i, c in enumerate(parsed.tool_calls)
-                    )
-                    if parsed.errors:  # the agent sees what the model wrote
-                        self.count("gateway/tool_parse_errors", len(parsed.errors))
-                    else:
-                        content = parsed.content
-                elif reasoning:
-                    content = parsed.content
+            if parsed is not None:
+                calls = tuple(
+                    replace(c, id=f"call_{self.turns}_{i}")
+                    if not c.id or _DEFAULT_ID.fullmatch(c.id)
+                    else c  # a family's native ids (Mistral, Kimi) are kept
+                    for i, c in enumerate(parsed.tool_calls)
+                )
+                if parsed.errors:
+                    self.count("gateway/tool_parse_errors", len(parsed.errors))
             if calls:
                 finish = "tool_calls"
             seg.messages.append(Message("assistant", content, calls, reasoning=reasoning))
@@ -340,7 +324,7 @@ class Session:
                     for c in calls
                 ]  # fmt: skip
             self.conversation = [*req.raw_messages, reply]
-            return self._reply(gen, content, calls, finish, len(context), reasoning)
+            return self._reply(gen, content, calls, finish, len(context), reasoning, stop)
 
     async def complete(self, req: CompletionRequest) -> Reply:
         """Answers one text-completion request, recording its tokens exactly."""
@@ -361,11 +345,13 @@ class Session:
             else:
                 cur, delta = None, list(prompt)
             context = [*(cur.token_ids if cur else []), *delta]
+            self._check_budget(len(context))
             params = self._params(req.sampling, len(context), chat)
             if params is None:
                 return self._length_reply(len(context))
             gen = await self._generate(context, params)
-            gen, text, finish = self._sampled(chat, gen, req.sampling.stop)
+            gen, text, finish, stop = kept(chat, gen, req.sampling.stop)
+            self._note_cut(finish, req.sampling, params)
             prompt_text = prompt if isinstance(prompt, str) else chat.decode(prompt)
             if cur is None:
                 cur = Segment("text", text=prompt_text)
@@ -379,7 +365,7 @@ class Session:
             cur.text += text
             self.turns += 1
             self.conversation = [{"role": "user", "content": cur.text}]
-            return self._reply(gen, text, (), finish, len(context))
+            return self._reply(gen, text, (), finish, len(context), stop=stop)
 
     def close(self) -> None:
         """Ends the session: later requests get 404; in-flight generations are cancelled."""

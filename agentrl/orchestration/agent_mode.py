@@ -49,6 +49,9 @@ def gateway_limits(
         max_temperature=cfg.agent.max_temperature if max_temperature is None else max_temperature,
         strategy=loop.strategy,
         inject_tools=loop.inject_tools,
+        forced_tool_choice=cfg.agent.forced_tool_choice,
+        forced_tool_choice_tries=cfg.agent.forced_tool_choice_tries,
+        max_model_len=cfg.inference.max_model_len,
     )
     return limits, loop.parser
 

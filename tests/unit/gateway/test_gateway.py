@@ -282,10 +282,11 @@ async def test_errors_are_openai_error_bodies_the_client_raises(tokenizer, trans
         with pytest.raises(openai.BadRequestError) as e:
             await client.chat.completions.create(model="m", messages=msgs, presence_penalty=0.5)
         assert "presence_penalty" in str(e.value) and e.value.body["param"] == "presence_penalty"
-        with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        with pytest.raises(openai.BadRequestError, match="not among the tools"):
             await client.chat.completions.create(
-                model="m", messages=msgs, tools=TOOLS, tool_choice="required"
-            )
+                model="m", messages=msgs, tools=TOOLS,
+                tool_choice={"type": "function", "function": {"name": "nope"}},
+            )  # fmt: skip
         with pytest.raises(openai.BadRequestError, match="'n' must be 1"):
             await client.chat.completions.create(model="m", messages=msgs, n=2)
         with pytest.raises(openai.BadRequestError, match="unsupported parameter 'foo'"):

@@ -91,15 +91,23 @@ async def test_the_clients_timeout_holds_in_process(tokenizer):
         assert not s._inflight  # the generation was cancelled with the request
 
 
-async def test_other_routes_go_to_the_http_server(tokenizer):
+async def test_unknown_routes_answer_alike_and_other_paths_go_to_the_http_server(tokenizer):
     async with Gateway(ScriptedLLM(TextPolicy(tokenizer, lambda p: "ok")), tokenizer) as gw:
         s = gw.open_session("e")
-        http = in_process_client(gw)
-        async with http:
-            # The server answers a route the gateway does not serve with FastAPI's 404 body.
-            r = await http.post(gw.base_url(s) + "/embeddings", json={"input": "x"})
+        answers = []
+        for http in (in_process_client(gw), openai.DefaultAsyncHttpxClient()):
+            async with http:
+                r = await http.post(gw.base_url(s) + "/embeddings", json={"input": "x"})
+                answers.append((r.status_code, r.json()))
+        # A path outside the sessions goes to the server, from the in-process client too.
+        async with in_process_client(gw) as http:
             health = await http.get(f"http://{gw.host}:{gw.port}/health")
-        assert (r.status_code, r.json()) == (404, {"detail": "Not Found"})
+            bare = await http.post(f"http://{gw.host}:{gw.port}/v1/embeddings", json={})
+        assert answers[0] == answers[1]
+        status, body = answers[0]
+        assert status == 404 and body["error"]["code"] == "unknown_route"
+        assert "POST responses" in body["error"]["message"]
+        assert bare.status_code == 404 and "POST messages" in bare.json()["error"]["message"]
         assert health.json() == {"status": "ok", "sessions": 1}
 
 
