@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Re-install whenever the dependency list or this recipe changes. Two stamps: what a run
 # needs (`make train`), and that plus the test and Ray tools (`make test`).
-HASH   := $(shell cat pyproject.toml Makefile scripts/setup-system.sh 2>/dev/null | sha1sum | cut -c1-12)
+HASH   := $(shell cat pyproject.toml Makefile scripts/setup-system.sh scripts/install-overlay-verifiers.sh 2>/dev/null | sha1sum | cut -c1-12)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST_ARGS ?=
@@ -30,7 +30,10 @@ $(RUN_STAMP):
 	touch $@
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/pip install -q -e '.[dev,cpu,ray,models,hf,agents]'
+	$(BIN)/pip install -q -e '.[dev,cpu,ray,models,hf,agents,skyrl,swe-agents]'
+	# verifiers pins openai<3 against the agents extra's openai>=3: it goes in an overlay
+	# directory the tests put on PYTHONPATH (the script says why that is safe).
+	bash scripts/install-overlay-verifiers.sh $(VENV)
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 

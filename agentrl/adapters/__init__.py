@@ -1,1 +1,1 @@
-"""Envs from other frameworks, wrapped as agentrl envs (Gymnasium)."""
+"""Other frameworks' envs and agents on agentrl: Gymnasium, skyrl-gym, verifiers, mini-swe-agent."""

@@ -142,17 +142,60 @@ def doctor_tokenizer(
 @doctor_app.command("env")
 def doctor_env(
     env: Annotated[str, typer.Option("--env", help="Env name, pkg.module:Class or file.py:Class.")],
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task", help='One task as reset gets it, a JSON object: \'{"prompt": "2+2"}\'.'
+        ),
+    ] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--tasks",
+            help="Check every row of a task source, read as tasks= reads it (parquet/jsonl/json, "
+            "a datasets directory, hf:PATH[:SPLIT]).",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Check only the first N rows of --tasks.")
+    ] = None,
 ) -> None:
-    """Run ``agentrl.testing.check_env`` on an env."""
-    from agentrl.loading.envs import EnvNotFoundError, InvalidEnvError, resolve_env
-    from agentrl.testing import EnvCheckError, check_env
+    """Run ``agentrl.testing.check_env`` on an env: on its example task, one --task or every
+    row of --tasks (the first bad row is named, with the field it lacks)."""
+    import json
 
+    from agentrl.env import provides
+    from agentrl.errors import TaskSpecError
+    from agentrl.loading.envs import EnvNotFoundError, InvalidEnvError, resolve_env
+    from agentrl.loading.task_sources import read_task_source
+    from agentrl.testing import EnvCheckError, check_env, check_env_on_tasks
+
+    if task is not None and tasks is not None:
+        raise _fail("give --task JSON or --tasks FILE, not both")
     try:
         cls = resolve_env(env)
-        check_env(cls)
-    except (EnvNotFoundError, InvalidEnvError, EnvCheckError) as e:
+        if task is None and tasks is None:
+            check_env(cls)
+            console.print(f"{env}: ok")
+            return
+        if task is not None:
+            try:
+                rows: list[Any] = [json.loads(task)]
+            except json.JSONDecodeError as e:
+                raise TaskSpecError(f"--task is not valid JSON ({e}): {task!r:.80}") from e
+            if not isinstance(rows[0], dict):
+                raise TaskSpecError(f"--task must be a JSON object, got {task!r:.80}")
+            label = "--task"
+        else:
+            assert tasks is not None
+            own = cls if provides(cls, "load_tasks") else None  # as a run reads tasks=
+            rows, label = read_task_source(tasks, env_cls=own, limit=limit), f"tasks={tasks}"
+        found = check_env_on_tasks(cls, rows, label=label)
+    except (EnvNotFoundError, InvalidEnvError, EnvCheckError, TaskSpecError) as e:
         raise _fail(str(e)) from e
-    console.print(f"{env}: ok")
+    for warning in found:
+        console.print(f"warning: {warning}", markup=False)
+    console.print(f"{env}: ok on {len(rows)} task{'s' * (len(rows) != 1)} ({label})", markup=False)
 
 
 @app.command("train", context_settings={"allow_extra_args": False})

@@ -8,7 +8,12 @@ A spec is one of:
 * ``pkg.module:ClassName`` (an importable module);
 * ``path/to/file.py:ClassName`` (a file, loaded as a module);
 * ``gym:ENV_ID`` (a gymnasium env with text observations, wrapped by
-  :class:`~agentrl.adapters.gym.GymnasiumEnv`).
+  :class:`~agentrl.adapters.gym.GymnasiumEnv`);
+* ``verifiers:ENV_ID`` (a verifiers environment, :mod:`agentrl.adapters.verifiers`);
+* ``skyrl:NAME`` (a skyrl-gym env, :mod:`agentrl.adapters.skyrl`).
+
+The adapter schemes (``gym``, ``verifiers``, ``skyrl``) win over a module of the same
+name: for a class in such a module write ``pkg.module:Class`` with its full module path.
 
 Example:
     >>> from agentrl import Env
@@ -35,6 +40,7 @@ from agentrl.env import Env
 from agentrl.loading.modules import import_file
 
 __all__ = [
+    "ADAPTER_SCHEMES",
     "ENTRY_POINT_GROUP",
     "EnvNotFoundError",
     "InvalidEnvError",
@@ -49,6 +55,15 @@ ENTRY_POINT_GROUP = "agentrl.envs"
 
 _BUILTIN_PACKAGE = "agentrl.envs"
 _REGISTRY: dict[str, type[Env] | str] = {}
+
+ADAPTER_SCHEMES: dict[str, str] = {
+    "gym": "agentrl.adapters.gym:gym_env_class",
+    "verifiers": "agentrl.adapters.verifiers:verifiers_env_class",
+    "skyrl": "agentrl.adapters.skyrl:skyrl_env_class",
+}
+"""``SCHEME:ID`` env specs: the scheme's adapter function (``"module:function"``, imported
+on first use because the frameworks are heavy imports) takes ID and returns an Env class; its
+ImportError (the framework is missing) or LookupError (no such ID) becomes EnvNotFoundError."""
 
 
 class EnvNotFoundError(LookupError):
@@ -110,8 +125,9 @@ def resolve_env(spec: str) -> type[Env]:
     spec = spec.strip()
     if not spec:
         raise EnvNotFoundError(_not_found_message(spec))
-    if spec.startswith("gym:"):
-        return _gym_env_class(spec[len("gym:") :])
+    scheme, sep, rest = spec.partition(":")
+    if sep and scheme in ADAPTER_SCHEMES:
+        return _adapter_env_class(scheme, rest.strip())
     if ":" in spec:
         return _resolve_target(spec)
     return _resolve_name(spec)
@@ -177,7 +193,7 @@ def _not_found_message(spec: str) -> str:
         msg += f" Did you mean {close[0]!r}?"
     msg += f" Available envs: {', '.join(available) or '(none)'}."
     msg += " User envs: 'pkg.module:ClassName' or 'path/to/file.py:ClassName'"
-    msg += "; gymnasium envs: 'gym:ENV_ID'."
+    msg += "; other frameworks' envs: " + ", ".join(f"'{k}:ID'" for k in ADAPTER_SCHEMES) + "."
     if "." in spec and ":" not in spec:
         module, _, attr = spec.rpartition(".")
         msg += f" (for a class in a module write '{module}:{attr}')"
@@ -269,12 +285,18 @@ def env_preset(spec: str) -> Path | None:
     return path
 
 
-def _gym_env_class(env_id: str) -> type[Env]:
+def _adapter_env_class(scheme: str, env_id: str) -> type[Env]:
     if not env_id:
-        raise EnvNotFoundError("bad env spec 'gym:': expected 'gym:ENV_ID', e.g. gym:FrozenLake-v1")
-    from agentrl.adapters.gym import gym_env_class  # lazy: gymnasium is a heavy import
-
-    return gym_env_class(env_id)
+        raise EnvNotFoundError(
+            f"bad env spec '{scheme}:': expected '{scheme}:ID', e.g. gym:FrozenLake-v1"
+        )
+    module, _, func = ADAPTER_SCHEMES[scheme].partition(":")
+    make = getattr(importlib.import_module(module), func)
+    try:
+        cls = make(env_id)
+    except (ImportError, LookupError) as e:  # the framework is missing, or has no such env
+        raise EnvNotFoundError(f"env spec '{scheme}:{env_id}': {e}") from e
+    return _check_env_class(cls, f"{scheme}:{env_id}")
 
 
 def _same(a: type[Env] | str, b: type[Env] | str) -> bool:
