@@ -11,9 +11,10 @@ last conversation the agent sent, with the model's final reply appended
 (OpenAI dicts, whichever API the agent used). The client fits ``solve``: an
 ``openai`` client (async for an ``async def``, sync for a plain ``def``), or an
 ``anthropic`` one (``AsyncAnthropic`` / ``Anthropic``) when the ``client``
-parameter is annotated with an Anthropic client class. Whatever the agent does,
-its episode ends with a reason and never takes the run down: an agent that raises
-ends with ``agent_error`` and its traceback, one that hangs is cut at
+parameter is annotated with an Anthropic client class. ``solve`` may add metrics and
+info to its episode's Trajectory with :func:`agentrl.reporting.episode.report_episode`.
+Whatever the agent does, its episode ends with a reason and never takes the run down:
+an agent that raises ends with ``agent_error`` and its traceback, one that hangs is cut at
 ``episode_timeout_s`` (``timeout``; a sync one's thread is left to end on its
 own: its session is closed, so its next request fails).
 """
@@ -37,6 +38,7 @@ from agentrl.env import call_maybe_async
 from agentrl.gateway.server import Gateway
 from agentrl.gateway.transport import in_process_client, in_process_sync_client
 from agentrl.loading.modules import import_file
+from agentrl.reporting.episode import EpisodeReport, collect_episode_report
 from agentrl.rollout.runner import RolloutResult, summarize
 from agentrl.types import StopReason, Trajectory
 
@@ -241,9 +243,11 @@ class AgentRunner:
         reward, error = 0.0, None
         reason = StopReason.DONE
         deadline = asyncio.timeout(self.episode_timeout_s)
+        report = EpisodeReport()
         try:
             async with deadline:
-                result = await self._solve(dict(task), client, episode_id)
+                with collect_episode_report() as report:
+                    result = await self._solve(dict(task), client, episode_id)
                 if result is None:
                     if self.score is None:
                         raise TypeError(
@@ -283,6 +287,8 @@ class AgentRunner:
         traj = session.trajectory(
             task_id=task_id, group_id=group_id, reward=reward, stop_reason=reason, error=error
         )
+        traj.metrics.update(report.metrics)
+        traj.info.update(report.info)
         traj.metrics["episode_time_s"] = time.perf_counter() - t0
         if session.last_api_error:
             traj.info["last_api_error"] = session.last_api_error

@@ -295,6 +295,11 @@ class SweEnv(Env):
         if ended is None:
             nudge = [Message.user(NUDGE)] if self._idle else []
             return StepResult(observation=nudge)
+        return await self.finish(ended)
+
+    async def finish(self, ended_by: str) -> StepResult:
+        """Grades the repository's current diff: the episode's last StepResult (reward,
+        ``swe_*`` metrics and info; ``swe_ended_by`` is ``ended_by``)."""
         result = await self.grade()
         self.last_grade = result
         lines = sum(
@@ -314,7 +319,7 @@ class SweEnv(Env):
             },
             info={
                 "swe_task": self.task.id if self.task else "",
-                "swe_ended_by": ended,
+                "swe_ended_by": ended_by,
                 "swe_detail": result.detail,
                 "swe_dropped_paths": list(result.dropped_paths),
                 "swe_tests_passed": result.tests_passed,
