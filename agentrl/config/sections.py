@@ -220,6 +220,11 @@ class RewardConfig(Strict):
     startup_timeout_s: float = Field(
         600.0, gt=0, description="Seconds to wait for the reward model's server."
     )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="Extra `vllm serve` arguments for the reward model's server (e.g. "
+        "['--enforce-eager']: no torch.compile warm-up, a faster start on a CPU).",
+    )
 
 
 class OrchestrationConfig(Strict):

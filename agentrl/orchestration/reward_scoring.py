@@ -82,6 +82,7 @@ async def open_reward_model(
                 timeout_s=r.timeout_s,
                 batch_size=r.batch_size,
                 log_dir=log_dir,
+                extra_args=r.extra_args,
             )
         except ServerStartError as e:
             raise ComponentError(f"reward model server cannot start: {e}") from e

@@ -37,7 +37,8 @@ RUN = textwrap.dedent(
         pool = DockerSandboxPool(2, image, health_interval_s=0)
         await pool.start()
         cfg = ServerConfig(model=model, dtype="float32", max_model_len=1024, max_num_seqs=4,
-                           kv_cache_gib=1, startup_timeout_s=420, log_dir=logs)
+                           kv_cache_gib=1, startup_timeout_s=420, log_dir=logs,
+                           extra_args=("--enforce-eager",))  # no compile warm-up
         fleet = await Fleet.launch(cfg, 1, health_interval_s=60)
         await fleet.sync_weights(load_file(str(Path(model) / "model.safetensors")))
         reaper = fleet.servers[0].pid

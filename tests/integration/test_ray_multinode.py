@@ -117,7 +117,13 @@ async def test_short_training_across_three_nodes(
         output_dir=str(tmp_path),
         run_name="ray",
         model=ModelConfig(path=str(untrained_model_dir)),
-        inference=InferenceConfig(max_model_len=1024, kv_cache_gb=1, startup_timeout_s=420),
+        # --enforce-eager: no torch.compile warm-up (the claim is the placement, not speed).
+        inference=InferenceConfig(
+            max_model_len=1024,
+            kv_cache_gb=1,
+            startup_timeout_s=420,
+            extra_args=["--enforce-eager"],
+        ),
         rollout=RolloutConfig(
             tasks_per_step=2,
             group_size=2,

@@ -42,6 +42,7 @@ async def test_training_with_a_served_reward_model(
         "reward.model": str(rm_dir),
         "reward.dtype": "float32",
         "reward.max_model_len": 1024,
+        "reward.extra_args": '["--enforce-eager"]',  # no compile warm-up: a faster start
         "reward.weight": 2.0,
         "wandb": "disabled",
     }
