@@ -223,10 +223,10 @@ class LocalSandbox:
                 await task
         self._fail_pending("sandbox closed")
         await asyncio.to_thread(self._cgroups.remove)
-        if self._root is not None:
-            with contextlib.suppress(OSError):
-                os.rmdir(self._root)
-                unwatch_path(self._root)
+        # Empty once the namespace is gone; a helper killed mid-setup can leave files in it
+        # (seen under load), so the tree is removed; no symlink inside is followed.
+        if self._root is not None and await asyncio.to_thread(_remove_tree, self._root):
+            unwatch_path(self._root)
         _uids_in_use.discard(self.uid)
 
     async def __aenter__(self) -> Self:
@@ -376,3 +376,9 @@ class LocalSandbox:
     async def reset(self) -> None:
         """Kills any process and empties ``/workspace``, ``/tmp`` and ``/dev/shm`` for reuse."""
         await self._request({"op": "reset"})
+
+
+def _remove_tree(path: str) -> bool:
+    """Removes ``path`` (no symlink inside is followed); whether it is gone."""
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
