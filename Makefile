@@ -8,9 +8,14 @@ HASH   := $(shell cat pyproject.toml Makefile scripts/setup-system.sh scripts/in
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST_ARGS ?=
-# The unit tier runs on this many pytest-xdist workers; the integration tier (real vLLM
-# servers, Docker) runs serially, each case using every core.
+# The unit tier runs on this many pytest-xdist workers. The integration tier (real vLLM
+# servers, Docker) runs in two phases: first on INTEGRATION_WORKERS workers, each pinned to
+# its own share of the CPUs (tests/conftest.py) and taking whole modules (loadgroup; the
+# two-server fleet's tests together), then the chaos suite and the `serial` tests alone.
 UNIT_WORKERS ?= 2
+INTEGRATION_WORKERS ?= 2
+PARALLEL_IT := AGENTRL_TEST_PIN_WORKERS=1 $(BIN)/pytest -n $(INTEGRATION_WORKERS) --dist loadgroup \
+	-m "integration and not chaos and not serial" $(PYTEST_ARGS)
 
 .PHONY: install install-run lint typecheck docker unit integration test gpu-test train bench clean
 
@@ -59,11 +64,14 @@ docker:
 	bash scripts/setup-docker.sh
 
 integration: install docker
-	$(BIN)/pytest -m "integration" $(PYTEST_ARGS)
+	$(PARALLEL_IT)
+	$(BIN)/pytest -m "integration and (chaos or serial)" $(PYTEST_ARGS)
 
-test: install lint typecheck docker
-	$(BIN)/pytest -n $(UNIT_WORKERS) -m "not integration and not gpu" $(PYTEST_ARGS)
-	$(BIN)/pytest -m "integration or gpu" $(PYTEST_ARGS)
+# The type check (one core) runs beside the unit tier.
+test: install lint docker
+	$(MAKE) --no-print-directory -j2 typecheck unit
+	$(PARALLEL_IT)
+	$(BIN)/pytest -m "gpu or (integration and (chaos or serial))" $(PYTEST_ARGS)
 
 # GPU tier (tests/gpu, marker gpu; skipped without CUDA). Not behind `install`, which puts
 # the CPU builds of torch and vLLM in the venv: on a GPU machine install CUDA torch and

@@ -21,10 +21,37 @@ def tokenizer() -> Any:
 _leak_check: Any = None
 
 
+PIN_ENV = "AGENTRL_TEST_PIN_WORKERS"
+
+
+def _pin_xdist_worker() -> None:
+    """With ``AGENTRL_TEST_PIN_WORKERS=1``, each pytest-xdist worker takes its own share
+    of the CPUs: the worker, every process it starts (runs, trainers, Ray), its vLLM
+    servers' OpenMP threads and torch's intra-op pool. Unpinned, every server's vLLM
+    ('auto' binding) computes on the first CPU and the workers' torch pools oversubscribe
+    the rest."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if os.environ.get(PIN_ENV) != "1" or not worker.startswith("gw"):
+        return
+    from agentrl.runtime.cpus import cpu_list
+
+    cpus = sorted(os.sched_getaffinity(0))
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = max(1, len(cpus) // count)
+    index = int(worker[2:]) % max(1, len(cpus) // share)
+    mine = cpus[index * share : (index + 1) * share]
+    os.sched_setaffinity(0, mine)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(len(mine))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _leak_check
     from tests.leak_check import MARK_ENV, LeakCheck
 
+    _pin_xdist_worker()
     if _leak_check is None and MARK_ENV not in os.environ:  # the outermost session checks
         _leak_check = LeakCheck()
 

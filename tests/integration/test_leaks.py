@@ -19,7 +19,8 @@ import pytest
 from tests.integration import docker_fixtures
 from tests.leak_check import alive
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+# serial: it looks for anything of ours left on the machine, so nothing else may run.
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
 docker_image = docker_fixtures.docker_image
 
 RUN = textwrap.dedent(

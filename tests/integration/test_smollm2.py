@@ -26,7 +26,8 @@ from agentrl.inference.protocol import SamplingParams
 from agentrl.models.registry import get_model
 from agentrl.reporting.run_dir import RunDir
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+# serial: a 135M trainer beside its server holds ~9 GB, too much beside another worker.
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 
 PARITY_MEAN = 1e-4
 """Most mean |log π_trainer - log π_vLLM| over sampled tokens (nats), both fp32

@@ -137,6 +137,7 @@ print(json.dumps({"steps": result.steps_done, **{k: sorted(v) for k, v in seen.i
 """
 
 
+@pytest.mark.serial  # it pins to CPUs 0 and 1: every CPU, not one worker's share
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs (CI has 2)")
 def test_rollout_and_trainer_run_on_their_own_cpus(untrained_model_dir, server_url, tmp_path):
     # fully_async: the event loop (rollout side) on CPU 0, every trainer step on CPU 1.
