@@ -174,7 +174,7 @@ class LeakCheck:
                 filters = {"label": [f"{k}={v}" for k, v in json.loads(owner).items()]}
                 found += [
                     f"{c.name} ({c.status}, pid {c.labels.get('agentrl.pid')})"
-                    for c in client.containers.list(all=True, filters=filters)
+                    for c in client.containers.list(all=True, filters=filters, ignore_removed=True)
                 ]
         finally:
             client.close()

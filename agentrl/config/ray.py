@@ -61,8 +61,9 @@ class RayConfig(BaseModel):
 
     address: str | None = Field(
         None,
-        description='Ray cluster to join ("auto", "ray://host:10001", "host:6379"); None: '
-        "no Ray, everything runs in this process.",
+        description='Ray cluster to join ("auto", "ray://host:10001", "host:6379"), or '
+        '"local" to start a Ray instance of its own; None: no Ray, everything runs in this '
+        "process.",
     )
     namespace: str = Field("agentrl", description="Ray namespace of the run's actors.")
     inference: RoleSpec = Field(

@@ -22,12 +22,9 @@ own: its session is closed, so its next request fails).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import importlib
 import importlib.util
 import inspect
-import threading
 import time
 import traceback
 import uuid
@@ -40,6 +37,7 @@ from agentrl.gateway.transport import in_process_client, in_process_sync_client
 from agentrl.loading.modules import import_file
 from agentrl.reporting.episode import EpisodeReport, collect_episode_report
 from agentrl.rollout.runner import RolloutResult, summarize
+from agentrl.runtime.threads import in_daemon_thread
 from agentrl.types import StopReason, Trajectory
 
 __all__ = ["AgentRunner", "AgentSpecError", "client_kind", "load_agent"]
@@ -200,31 +198,10 @@ class AgentRunner:
         """``solve``'s result: awaited, or (sync) from a worker thread of its own."""
         if self._kind[1]:
             return await self.solve(task, client)  # type: ignore[misc]
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        ctx = contextvars.copy_context()
-
-        def settle(value: Any, error: BaseException | None) -> None:
-            if fut.done():
-                return
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(value)
-
-        def run() -> None:
-            value: Any = None
-            error: BaseException | None = None
-            try:
-                value = ctx.run(self.solve, task, client)
-            except BaseException as e:  # delivered to the episode, whatever it is
-                error = e
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for it
-                loop.call_soon_threadsafe(settle, value, error)
-
-        # A daemon thread, not a pool: a hung solve must not hold up the process's exit.
-        threading.Thread(target=run, name=f"agentrl-solve-{episode_id}", daemon=True).start()
-        result = await fut
+        solve = self.solve
+        result = await in_daemon_thread(
+            lambda: solve(task, client), name=f"agentrl-solve-{episode_id}"
+        )
         return await result if inspect.isawaitable(result) else result
 
     async def _close(self, client: Any) -> None:

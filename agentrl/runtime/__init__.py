@@ -1,1 +1,2 @@
-"""Process plumbing: CPU pinning, the ``async with`` lifecycle, the cleanup watchdog."""
+"""Process plumbing: CPU pinning, the ``async with`` lifecycle, the cleanup watchdog,
+blocking calls awaited on daemon threads."""

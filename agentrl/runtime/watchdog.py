@@ -158,7 +158,8 @@ def remove_docker(labels: dict[str, str], timeout_s: float = 60.0) -> int:
     client = docker.from_env(timeout=int(timeout_s))
     n = 0
     try:
-        for c in client.containers.list(all=True, filters=filters):
+        # ignore_removed: one removed meanwhile (by its owner) is skipped, not an error.
+        for c in client.containers.list(all=True, filters=filters, ignore_removed=True):
             with contextlib.suppress(Exception):
                 c.remove(force=True, v=True)
                 n += 1

@@ -58,7 +58,9 @@ def reap_orphans(client: Any = None) -> int:
 
     client = client or docker_client()
     n = 0
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+    # ignore_removed: a container another process removes between the list and its
+    # inspection is skipped, not an error (two runs on one engine reap at once).
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True):
         if _owner_gone(c.labels):
             with contextlib.suppress(Exception):
                 c.remove(force=True, v=True)

@@ -9,13 +9,11 @@ agents is a 404, every episode an ``agent_error``, and nothing is trained.
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.reporting.run_dir import RunDir, read_trajectories
+from tests.helpers.one_step import train_one_step
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -52,17 +50,8 @@ def test_agent_on_another_api_trains_one_step(api, untrained_model_dir, server_u
         "wandb": "disabled",
         "steps": 1,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "--agent", agent, "--env", "retool",
-         *(f"{k}={v}" for k, v in args.items())],
-        capture_output=True, text=True, timeout=800,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = tmp_path / api
-    lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
-    assert [m["step"] for m in lines] == [1] and lines[0]["weight_version"] == 1.0
-    trajs = read_trajectories(run / "trajectories" / "step_000001.parquet")
-    assert len(trajs) == 4, [(t.stop_reason, t.error) for t in trajs]
+    trajs = train_one_step(["--agent", agent, "--env", "retool"], args, run, episodes=4)
     # Every episode spoke the agent's own API, was recorded token for token and trained on:
     # none is an agent error (the untrained model's replies are cut by the 12-token budget).
     assert all(str(t.stop_reason) in ("done", "max_tokens") for t in trajs), [

@@ -11,12 +11,10 @@ no ``swe_*`` / ``minisweagent_*`` figure reaches the trajectories.
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 
 import pytest
 
-from agentrl.reporting.run_dir import RunDir, read_trajectories
+from tests.helpers.one_step import train_one_step
 from tests.integration import docker_fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -44,18 +42,15 @@ def test_minisweagent_trains_one_step_on_swe_tasks(
         "wandb": "disabled",
         "steps": 1,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "--env", "swe",
-         "--agent", "agentrl.envs.swe.minisweagent:solve",
-         *(f"{k}={v}" for k, v in args.items())],
-        capture_output=True, text=True, timeout=500,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = tmp_path / "mini"
-    lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
-    assert [m["step"] for m in lines] == [1]
-    trajs = read_trajectories(run / "trajectories" / "step_000001.parquet")
-    assert len(trajs) == 2, [(t.stop_reason, t.error) for t in trajs]
+    trajs = train_one_step(
+        ["--env", "swe", "--agent", "agentrl.envs.swe.minisweagent:solve"],
+        args,
+        run,
+        episodes=2,
+        weight_version=None,
+        timeout=500,
+    )
     for t in trajs:
         # mini-swe-agent's loop ran to one of its own exits, every model call through the
         # gateway and recorded token for token; nothing raised.

@@ -21,7 +21,8 @@ import pytest
 
 from agentrl import Env, Message, StepResult
 
-pytestmark = pytest.mark.integration
+# One Ray test module at a time in the parallel phase: each starts its own cluster.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray")]
 
 MB = 1024 * 1024
 HERE = Path(__file__).resolve()

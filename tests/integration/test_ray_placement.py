@@ -10,7 +10,8 @@ import pytest
 
 from agentrl.types import Trajectory
 
-pytestmark = pytest.mark.integration
+# One Ray test module at a time in the parallel phase: each starts its own cluster.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +22,7 @@ def local_ray():
     import ray
 
     ray.init(
+        address="local",  # its own instance, not a cluster another test runs meanwhile
         num_cpus=2,
         resources={"rollout": 2},
         object_store_memory=80 * 1024 * 1024,

@@ -7,14 +7,11 @@ Without the skyrl adapter ``--env skyrl:...`` does not resolve and the run stops
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agentrl.reporting.run_dir import RunDir, read_trajectories
+from tests.helpers.one_step import train_one_step
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -58,17 +55,8 @@ def test_skyrl_env_trains_one_step_on_skyrl_rows(
         "wandb": "disabled",
         "steps": 1,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "--env", "skyrl:gsm8k_multi_turn",
-         *(f"{k}={v}" for k, v in args.items())],
-        capture_output=True, text=True, timeout=800,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = tmp_path / "skyrl"
-    lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
-    assert [m["step"] for m in lines] == [1] and lines[0]["weight_version"] == 1.0
-    trajs = read_trajectories(run / "trajectories" / "step_000001.parquet")
-    assert len(trajs) == 4, [(t.stop_reason, t.error) for t in trajs]
+    trajs = train_one_step(["--env", "skyrl:gsm8k_multi_turn"], args, run, episodes=4)
     # Every episode ran the skyrl env to its end (no env_error) and was trained on.
     assert all(str(t.stop_reason) in ("done", "max_tokens", "max_turns") for t in trajs), [
         (t.stop_reason, t.error) for t in trajs

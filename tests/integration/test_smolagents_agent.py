@@ -10,13 +10,11 @@ segment, recorded as sampled.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.reporting.run_dir import RunDir, read_trajectories
+from tests.helpers.one_step import train_one_step
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -41,17 +39,8 @@ def test_smolagents_agent_trains_one_step(untrained_model_dir, attached_server_u
         "wandb": "disabled",
         "steps": 1,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "--agent", AGENT, "--env", "retool",
-         *(f"{k}={v}" for k, v in args.items())],
-        capture_output=True, text=True, timeout=800,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = tmp_path / "smolagents"
-    lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
-    assert [m["step"] for m in lines] == [1] and lines[0]["weight_version"] == 1.0
-    trajs = read_trajectories(run / "trajectories" / "step_000001.parquet")
-    assert len(trajs) == 4, [(t.stop_reason, t.error) for t in trajs]
+    trajs = train_one_step(["--agent", AGENT, "--env", "retool"], args, run, episodes=4)
     # No agent_error: every request of the agent was answered and its episode trained on.
     assert all(str(t.stop_reason) in ("done", "max_tokens", "max_turns") for t in trajs), [
         (t.stop_reason, t.error) for t in trajs

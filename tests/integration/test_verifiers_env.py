@@ -9,13 +9,12 @@ the venv has openai 3), handed to the run on ``PYTHONPATH``.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.reporting.run_dir import RunDir, read_trajectories
+from tests.helpers.one_step import train_one_step
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -43,17 +42,10 @@ def test_a_verifiers_taskset_trains_one_step(untrained_model_dir, attached_serve
         "steps": 1,
     }
     env = {**os.environ, "PYTHONPATH": f"{OVERLAY}{os.pathsep}{TASKSETS}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "--env", "verifiers:agentrl-vf-arith",
-         *(f"{k}={v}" for k, v in args.items())],
-        capture_output=True, text=True, timeout=500, env=env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = tmp_path / "vf"
-    lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
-    assert [m["step"] for m in lines] == [1] and lines[0]["weight_version"] == 1.0
-    trajs = read_trajectories(run / "trajectories" / "step_000001.parquet")
-    assert len(trajs) == 4, [(t.stop_reason, t.error) for t in trajs]
+    trajs = train_one_step(
+        ["--env", "verifiers:agentrl-vf-arith"], args, run, episodes=4, timeout=500, env=env
+    )
     for t in trajs:  # each episode scored by the taskset: correct (weight 1) + short (0.5)
         assert str(t.stop_reason) in ("done", "max_tokens"), (t.stop_reason, t.error)
         correct, short = t.metrics["verifiers/correct"], t.metrics["verifiers/short"]

@@ -27,12 +27,10 @@ own file, then ``--agent my_file.py:solve``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import openai
 
@@ -42,6 +40,7 @@ from agentrl.adapters.minisweagent import (
     require_minisweagent,
 )
 from agentrl.reporting.episode import report_episode
+from agentrl.runtime.threads import in_daemon_thread
 from agentrl.sandbox.base import SandboxLimits
 
 from .env import AGENT_LIMITS, SweEnv
@@ -55,35 +54,6 @@ DEFAULT_CONFIG = "mini.yaml"
 #: litellm's OpenAI-compatible provider; the gateway ignores the model's name.
 MODEL_NAME = "openai/policy"
 _MAX_RECORDED = 200  # commands kept in info
-_T = TypeVar("_T")
-
-
-async def _in_thread(fn: Callable[[], _T]) -> _T:
-    """``fn()`` in a daemon thread of its own (not the loop's small default pool: every
-    episode's agent waits on its model and container in its own thread)."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[_T] = loop.create_future()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if fut.done():
-            return
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(value)
-
-    def run() -> None:
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            value = fn()
-        except BaseException as e:  # delivered to the episode, whatever it is
-            error = e
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-            loop.call_soon_threadsafe(settle, value, error)
-
-    threading.Thread(target=run, name="agentrl-minisweagent", daemon=True).start()
-    return await fut
 
 
 class MiniSweAgent:
@@ -179,7 +149,8 @@ class MiniSweAgent:
         agent: Any = None
         try:
             messages = await env.reset(task)
-            config = await _in_thread(self.config)  # the first call imports mini-swe-agent
+            # The first call imports mini-swe-agent.
+            config = await in_daemon_thread(self.config, name="agentrl-minisweagent")
             environment = ready = self.environment(config, env.sandbox)
             base_url, timeout_s = str(client.base_url), _timeout(client)
 
@@ -189,7 +160,7 @@ class MiniSweAgent:
                 return dict(agent.run(messages[-1].content) or {})
 
             try:
-                exit_info = await _in_thread(run)
+                exit_info = await in_daemon_thread(run, name="agentrl-minisweagent")
             finally:
                 environment.close()
             status = str(exit_info.get("exit_status") or "")

@@ -45,7 +45,8 @@ class PlacementError(RuntimeError):
 def connect(cfg: RayConfig) -> bool:
     """Joins the cluster at ``cfg.address`` unless Ray is already initialized.
 
-    ``"local"`` starts a Ray instance inside this process. Returns whether this call
+    ``"local"`` starts a Ray instance of its own, even where another Ray cluster runs on
+    this machine (a bare ``ray.init()`` would join that one). Returns whether this call
     initialized Ray (then the caller shuts it down).
     """
     if ray.is_initialized():
@@ -56,7 +57,7 @@ def connect(cfg: RayConfig) -> bool:
     if cfg.address == "local":
         if cfg.object_store_memory:
             kwargs["object_store_memory"] = cfg.object_store_memory
-        ray.init(**kwargs)
+        ray.init(address="local", **kwargs)
     else:
         ray.init(address=cfg.address, **kwargs)
     return True
