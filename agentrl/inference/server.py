@@ -50,7 +50,8 @@ class ServerConfig:
         dtype: vLLM ``--dtype`` ("auto", "float32", "bfloat16", ...).
         max_model_len: Context length (None: the model's).
         max_num_seqs: Most sequences the server runs at once (None: vLLM's default).
-        kv_cache_gib: KV cache size on CPU servers (``VLLM_CPU_KVCACHE_SPACE``).
+        kv_cache_gib: KV cache size on CPU servers, GiB (fractions too: passed as
+            ``--kv-cache-memory-bytes``; vLLM's integer ``VLLM_CPU_KVCACHE_SPACE`` is unset).
         gpu_memory_utilization: Fraction of GPU memory on GPU servers.
         enable_prefix_caching: vLLM automatic prefix caching.
         startup_timeout_s: Seconds to wait for readiness.
@@ -69,7 +70,7 @@ class ServerConfig:
     dtype: str = "auto"
     max_model_len: int | None = None
     max_num_seqs: int | None = None
-    kv_cache_gib: int = 1
+    kv_cache_gib: float = 1.0
     gpu_memory_utilization: float = 0.85
     enable_prefix_caching: bool = True
     startup_timeout_s: float = 300.0
@@ -212,6 +213,8 @@ class VLLMServer:
         )
         if c.max_model_len:
             cmd += ["--max-model-len", str(c.max_model_len)]
+        if vllm_device(c.device) == "cpu":
+            cmd += ["--kv-cache-memory-bytes", str(int(c.kv_cache_gib * 2**30))]
         if c.max_num_seqs:
             cmd += ["--max-num-seqs", str(c.max_num_seqs)]
         cuda = vllm_device(c.device) == "cuda"
@@ -229,12 +232,13 @@ class VLLMServer:
         return [*reaper, *pin, "--", *self.command()]
 
     def environment(self) -> dict[str, str]:
-        """The server's environment: dev-mode RL routes on, CPU KV cache sized."""
+        """The server's environment: dev-mode RL routes on, OpenMP threads pinned."""
         env = dict(os.environ)
         env["VLLM_SERVER_DEV_MODE"] = "1"
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         if vllm_device(self.config.device) == "cpu":
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_gib)
+            # The legacy whole-GiB variable would override --kv-cache-memory-bytes.
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
             if self.config.cpus:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(self.config.cpus)
         env.update(self.config.env)

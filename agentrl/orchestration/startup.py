@@ -151,7 +151,7 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
         model=model_dir,
         dtype=inf.dtype,
         max_model_len=inf.max_model_len,
-        kv_cache_gib=max(1, round(inf.kv_cache_gb)),
+        kv_cache_gib=inf.kv_cache_gb,
         gpu_memory_utilization=inf.gpu_memory_utilization,
         startup_timeout_s=inf.startup_timeout_s,
         extra_args=tuple(inf.extra_args),

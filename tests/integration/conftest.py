@@ -4,7 +4,7 @@ One fleet of two servers serves the whole test session. They serve the *untraine
 tiny model (the tiny recipe with zero SFT steps: same architecture and tokenizer,
 built in seconds) because its continuations rarely hit EOS, which keeps long
 generations (for kept-request and failover tests) predictable. Servers are small:
-``VLLM_CPU_KVCACHE_SPACE=1`` and a short context.
+a 256 MiB KV cache and a short context.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def server_config(untrained_model_dir: Path, tmp_path_factory: pytest.TempPathFa
         dtype="float32",
         max_model_len=4096,
         max_num_seqs=32,
-        kv_cache_gib=1,
+        kv_cache_gib=0.25,  # 65,536 tokens of the tiny model (a whole GiB is resident)
         startup_timeout_s=420,
         log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
         # No torch.compile warm-up (as the chaos suite): each start and restart is about a

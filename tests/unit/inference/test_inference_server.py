@@ -74,6 +74,19 @@ def test_cpu_servers_run_without_chunked_prefill(tmp_path):
     assert "--no-enable-chunked-prefill" not in gpu.command()
 
 
+def test_cpu_kv_cache_is_sized_in_bytes_as_configured(tmp_path, monkeypatch):
+    # A fraction of a GiB is kept (vLLM's VLLM_CPU_KVCACHE_SPACE takes whole GiB only, and
+    # would override the flag, so a value inherited from the user's shell is dropped).
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    cfg = ServerConfig(model="/m", log_dir=str(tmp_path), kv_cache_gib=0.25, device="cpu")
+    server = VLLMServer(cfg, 1234)
+    cmd = server.command()
+    assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(256 * 1024 * 1024)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in server.environment()
+    gpu = VLLMServer(ServerConfig(model="/m", log_dir=str(tmp_path), device="cuda"), 1234)
+    assert "--kv-cache-memory-bytes" not in gpu.command()
+
+
 def test_reaper_takes_the_tree_down_when_its_parent_dies(tmp_path):
     pidfile = tmp_path / "pids"
     # parent -> reaper -> bash -> (sleep, sleep); the parent is SIGKILLed.

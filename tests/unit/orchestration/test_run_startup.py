@@ -99,3 +99,11 @@ async def test_sandbox_that_cannot_start_fails_the_run_at_start_up():
 
 async def test_working_sandbox_passes_preflight():
     await preflight_env(RetoolEnv, {})
+
+
+def test_a_runs_kv_cache_setting_reaches_the_server_unrounded():
+    from agentrl.config import load_config
+    from agentrl.orchestration.startup import server_config
+
+    cfg = load_config(None, ["inference.kv_cache_gb=0.5"])
+    assert server_config(cfg, "/m", None).kv_cache_gib == 0.5
