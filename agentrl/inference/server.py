@@ -213,13 +213,13 @@ class VLLMServer:
         )
         if c.max_model_len:
             cmd += ["--max-model-len", str(c.max_model_len)]
-        if vllm_device(c.device) == "cpu":
-            cmd += ["--kv-cache-memory-bytes", str(int(c.kv_cache_gib * 2**30))]
         if c.max_num_seqs:
             cmd += ["--max-num-seqs", str(c.max_num_seqs)]
         cuda = vllm_device(c.device) == "cuda"
         if cuda:
             cmd += ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+        else:
+            cmd += ["--kv-cache-memory-bytes", str(int(c.kv_cache_gib * 2**30))]
         if c.chunked_prefill is False or (c.chunked_prefill is None and not cuda):
             budget = c.max_model_len or _model_max_len(c.model)
             cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
