@@ -80,6 +80,11 @@ class Env:
             when no ``--config`` is given; None: the config's built-in defaults.
         stages: The stages of each model turn (``agentrl.rollout.stages.Stage``, e.g.
             think then answer); empty: the run config's ``rollout.stages``.
+        process_rewards: True when the rewards :meth:`step` gives before the last turn
+            grade that turn (per-turn, "process" supervision): with
+            ``trainer.advantage.supervision: auto``, grpo then credits each turn by its
+            own reward. False (the default): any earlier reward only adds to the episode's
+            total, and every turn is credited by that total (outcome supervision).
 
     An env that calls tools exposes them through :meth:`tools`; the AgentLoop runs
     the model's tool calls with them and passes the results in ``Action.tool_results``
@@ -94,6 +99,7 @@ class Env:
     max_turns: ClassVar[int] = 8
     preset: ClassVar[str | None] = None
     stages: ClassVar[Sequence[Any]] = ()
+    process_rewards: ClassVar[bool] = False
 
     def reset(
         self, task: Mapping[str, Any], *, seed: int | None = None

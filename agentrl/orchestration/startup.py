@@ -277,6 +277,7 @@ def prepare(
 
         checkpoint = find_resume_checkpoint(Path(resume), say)
     env_cls = resolve_env(cfg.env)
+    cfg = resolve_supervision(cfg, env_cls)
     train_rows, eval_rows = load_tasks_for(cfg, env_cls)
     if cfg.inference.cpus and cfg.inference.urls:
         raise UserError(
@@ -313,6 +314,18 @@ def prepare(
         cfg, env_cls, env_factory, train_rows, eval_rows, model_dir, tokenizer, run, lcfg,
         checkpoint, clock,
     )  # fmt: skip
+
+
+def resolve_supervision(cfg: RunConfig, env_cls: type[Env]) -> RunConfig:
+    """``trainer.advantage.supervision: auto`` → what the env declares (``process_rewards``)."""
+    adv = cfg.trainer.advantage
+    if adv.supervision != "auto":
+        return cfg
+    mode = "process" if env_cls.process_rewards else "outcome"
+    trainer = cfg.trainer.model_copy(
+        update={"advantage": adv.model_copy(update={"supervision": mode})}
+    )
+    return cfg.model_copy(update={"trainer": trainer})
 
 
 def check_run_cpus(cfg: RunConfig) -> None:

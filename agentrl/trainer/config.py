@@ -60,6 +60,15 @@ class AdvantageConfig(_Section):
         "estimator's default (on for gae and reinforce_pp*, off for grpo, dr_grpo, rloo).",
     )
     eps: float = Field(default=1e-6, gt=0.0, description="Added to std before dividing.")
+    supervision: Literal["auto", "outcome", "process"] = Field(
+        default="auto",
+        description="grpo's credit for multi-turn episodes. outcome: every turn gets the "
+        "episode total's group-normalized advantage (DeepSeekMath §4.1.2); process: each turn "
+        "is a step credited by the normalized rewards of the turns from it on (§4.1.3). auto: "
+        "process when the env declares Env.process_rewards = True (agentrl train resolves it "
+        "at start-up), else outcome. Never decided from the reward values; an in-reward KL "
+        "penalty is never a turn reward.",
+    )
 
     @field_validator("estimator")
     @classmethod

@@ -3,8 +3,9 @@
 Tensors are "compact": row b holds the model tokens (``loss_mask == 1``) of episode b,
 left-aligned, padded to R columns; ``mask_BR`` is 1 on real tokens. Rewards are
 per token: a turn's reward sits on that turn's last model token, the episode's
-remaining (outcome) reward on its last model token, and an in-reward KL penalty on
-every token. ``turn_BR`` numbers the model turns of each episode (0, 1, …).
+remaining (outcome) reward on its last model token. An in-reward KL penalty is kept
+apart (``penalty_BR``, β·KL on every token): it is never a turn's reward, so it cannot
+change how grpo supervises. ``turn_BR`` numbers the model turns of each episode (0, 1, …).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class AdvantageInputs:
         lam: GAE λ.
         norm_by_std: grpo's std switch.
         eps: Added to std before dividing.
+        process: grpo's supervision: True credits each turn by its own reward
+            (process), False every turn by the episode total (outcome). Chosen by the
+            config (``trainer.advantage.supervision``), never from the reward values.
+        penalty_BR: In-reward KL penalty β·KL_t per token (subtracted from the rewards);
+            grpo adds an episode's total penalty to its outcome, the last turn's step.
     """
 
     rewards_BR: torch.Tensor
@@ -53,6 +59,12 @@ class AdvantageInputs:
     lam: float = 1.0
     norm_by_std: bool = True
     eps: float = 1e-6
+    process: bool = False
+    penalty_BR: torch.Tensor | None = None
+
+    def net_rewards_BR(self) -> torch.Tensor:
+        """Rewards less the in-reward KL penalty, per token."""
+        return self.rewards_BR if self.penalty_BR is None else self.rewards_BR - self.penalty_BR
 
 
 EstimatorFn = Callable[[AdvantageInputs], tuple[torch.Tensor, torch.Tensor]]
@@ -187,37 +199,39 @@ def turn_step_rewards(
 def _grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO (Shao et al. 2024, DeepSeekMath §4.1.2-4.1.3), outcome or process supervision.
 
-    Each group is one of two kinds:
+    The supervision is ``x.process`` (the config's, never read off the rewards):
 
-    * outcome (no episode of the group has a non-zero reward before its last model turn):
-      Â_t = γ^(T-1-turn(t)) · (R - mean_g R) / (std_g R + ε), R the episode total (§4.1.2;
-      with γ = 1 every token gets (R - mean)/(std + ε));
-    * process (some earlier turn is rewarded): every model turn k of every episode is a
-      step with reward ρ_k (the rewards on that turn's tokens); ρ̃ = (ρ - mean_g ρ) /
-      (std_g ρ + ε) over all steps of the group, and Â_t = Σ_{k ≥ turn(t)} γ^(k-turn(t)) ρ̃_k
-      (§4.1.3: the sum of the normalized rewards of the following steps).
+    * outcome: one step per episode, its last turn, carrying the episode total R (turn
+      rewards, outcome and in-reward KL penalty together):
+      Â_t = γ^(T-1-turn(t)) · (R - mean_g R) / (std_g R + ε) (§4.1.2; with γ = 1 every
+      token gets (R - mean)/(std + ε));
+    * process: every model turn k of every episode is a step with reward ρ_k (the rewards
+      on that turn's tokens; the episode's KL penalty joins its last step);
+      ρ̃ = (ρ - mean_g ρ) / (std_g ρ + ε) over all steps of the group, and
+      Â_t = Σ_{k ≥ turn(t)} γ^(k-turn(t)) ρ̃_k (§4.1.3: the sum of the normalized rewards
+      of the following steps).
 
-    Bound: with N steps in the group (N = G for outcome groups) and T turns in the
-    episode, Cauchy-Schwarz and Σ (ρ - mean)² = (N-1)·std² give
-    |Â_t| ≤ √(T_steps·(N-1)), T_steps = 1 for outcome groups (√(G-1)); a group whose
-    steps are all equal gets exactly 0. A group with one step (N = 1) gets ρ̃ = ρ (verl's
-    convention, mean 0 and std 1). ``norm_by_std=False`` drops the division.
+    Bound: with N steps in the group (N = G for outcome) and T turns in the episode,
+    Cauchy-Schwarz and Σ (ρ - mean)² = (N-1)·std² give |Â_t| ≤ √(T_steps·(N-1)),
+    T_steps = 1 for outcome (√(G-1)); a group whose steps are all equal gets exactly 0.
+    A group with one step (N = 1) gets ρ̃ = ρ (verl's convention, mean 0 and std 1).
+    ``norm_by_std=False`` drops the division.
     """
-    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    G_BR = returns_to_go(x.net_rewards_BR(), x.mask_BR, x.turn_BR, x.gamma)
     step_BK, has_BK, t_BR = turn_step_rewards(x.rewards_BR, x.mask_BR, x.turn_BR)
     B, K = step_BK.shape
     k_K = torch.arange(K, device=step_BK.device)
     last_B = torch.where(has_BK, k_K[None, :], torch.full_like(k_K[None, :], -1)).amax(-1)
-    early_B = ((step_BK != 0) & has_BK & (k_K[None, :] < last_B[:, None])).any(-1)
-    _, inv_B = torch.unique(x.group_B, return_inverse=True)
-    n_groups = int(inv_B.max().item()) + 1 if inv_B.numel() else 0
-    early_G = torch.zeros(n_groups, dtype=torch.float64, device=step_BK.device)
-    process_B = (early_G.index_add_(0, inv_B, early_B.to(torch.float64)) > 0)[inv_B]
-    # Outcome groups: one step per episode, its last turn, carrying the episode total.
     is_last_BK = k_K[None, :] == last_B[:, None]
-    outcome_step_BK = torch.where(is_last_BK, step_BK.sum(-1, keepdim=True), 0.0)
-    step_BK = torch.where(process_B[:, None], step_BK, outcome_step_BK)
-    use_BK = torch.where(process_B[:, None], has_BK, is_last_BK & has_BK)
+    if x.penalty_BR is not None:  # the whole episode's penalty on its last step
+        pen_B = (x.penalty_BR * x.mask_BR).to(torch.float64).sum(-1)
+        step_BK = step_BK - torch.where(is_last_BK, pen_B[:, None], 0.0)
+    _, inv_B = torch.unique(x.group_B, return_inverse=True)
+    if x.process:
+        use_BK = has_BK
+    else:  # one step per episode, its last turn, carrying the episode total
+        step_BK = torch.where(is_last_BK, step_BK.sum(-1, keepdim=True), 0.0)
+        use_BK = is_last_BK & has_BK
     flat = use_BK.flatten()
     mean_S, std_S, _, _ = group_stats(
         step_BK.flatten()[flat], inv_B[:, None].expand(B, K).flatten()[flat]
@@ -240,14 +254,14 @@ def _grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _dr_grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     # Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 3): Â = R - mean(R).
-    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    G_BR = returns_to_go(x.net_rewards_BR(), x.mask_BR, x.turn_BR, x.gamma)
     mean_B, _, _, _ = group_stats(_episode_return(G_BR), x.group_B)
     return (G_BR - mean_B[:, None]) * x.mask_BR, G_BR
 
 
 def _rloo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     # RLOO (Kool et al. 2019; Ahmadian et al. 2024 eq. 6): Â_i = R_i - 1/(k-1) Σ_{j≠i} R_j.
-    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    G_BR = returns_to_go(x.net_rewards_BR(), x.mask_BR, x.turn_BR, x.gamma)
     R_B = _episode_return(G_BR).to(torch.float64)  # float64: equal rewards → baseline = R
     _, _, sum_B, n_B = group_stats(R_B, x.group_B)
     baseline_B = torch.where(n_B > 1, (sum_B - R_B) / (n_B - 1).clamp(min=1), torch.zeros_like(R_B))
@@ -257,14 +271,14 @@ def _rloo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
 def _reinforce_pp(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     # REINFORCE++ (Hu 2025, arXiv:2501.03262 eqs. 5-7): A_t = Σ_{s≥t} γ^(s-t) r_s, then batch-
     # normalized (whitening is this estimator's default and is applied by compute_advantages).
-    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    G_BR = returns_to_go(x.net_rewards_BR(), x.mask_BR, x.turn_BR, x.gamma)
     return G_BR, G_BR
 
 
 def _reinforce_pp_baseline(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     # REINFORCE++-baseline (Hu et al. 2025, arXiv:2501.03262 v3): A = R - mean_group(R), then
     # batch-normalized (whitening on by default).
-    G_BR = returns_to_go(x.rewards_BR, x.mask_BR, x.turn_BR, x.gamma)
+    G_BR = returns_to_go(x.net_rewards_BR(), x.mask_BR, x.turn_BR, x.gamma)
     mean_B, _, _, _ = group_stats(_episode_return(G_BR), x.group_B)
     return (G_BR - mean_B[:, None]) * x.mask_BR, G_BR
 
@@ -272,7 +286,7 @@ def _reinforce_pp_baseline(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tens
 def _gae(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     if x.values_BR is None:
         raise ValueError("estimator 'gae' needs critic values")
-    return gae(x.rewards_BR, x.values_BR, x.mask_BR, x.gamma, x.lam)
+    return gae(x.net_rewards_BR(), x.values_BR, x.mask_BR, x.gamma, x.lam)
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {

@@ -349,18 +349,18 @@ class Trainer:
         old_logp = pre["old_logp"] if prepassed else batch.rollout_logp_BR
         values = pre["values"] if cfg.uses_critic else None
 
-        rewards = batch.rewards_BR.clone()
+        penalty = None
         if self.ref is not None and not in_update:
             kl_BR = self._ref_kl_old(old_logp, pre["ref_logp"], mask, metrics)
             if cfg.kl.placement == "reward":
                 # In-reward KL penalty r_t - β·KL_t (Ziegler et al. 2019 eq. 2;
-                # Ouyang et al. 2022 eq. 2).
-                rewards = rewards - self.kl_ctl.value * kl_BR
+                # Ouyang et al. 2022 eq. 2), kept apart from the turn rewards.
+                penalty = self.kl_ctl.value * kl_BR
         a = cfg.advantage
         adv, ret = compute_advantages(
             a.estimator,
             AdvantageInputs(
-                rewards,
+                batch.rewards_BR,
                 mask,
                 batch.turn_BR,
                 batch.group_B,
@@ -369,6 +369,8 @@ class Trainer:
                 a.lam,
                 a.norm_by_std,
                 a.eps,
+                process=a.supervision == "process",  # auto unresolved (no env): outcome
+                penalty_BR=penalty,
             ),
             a.whiten,
         )

@@ -107,3 +107,26 @@ def test_a_runs_kv_cache_setting_reaches_the_server_unrounded():
 
     cfg = load_config(None, ["inference.kv_cache_gb=0.5"])
     assert server_config(cfg, "/m", None).kv_cache_gib == 0.5
+
+
+@pytest.mark.parametrize(
+    ("declared", "configured", "want"),
+    [
+        (False, "auto", "outcome"),
+        (True, "auto", "process"),
+        (True, "outcome", "outcome"),
+        (False, "process", "process"),
+    ],
+)
+def test_auto_supervision_is_what_the_env_declares(declared, configured, want) -> None:
+    from agentrl import Env
+    from agentrl.config import RunConfig
+    from agentrl.orchestration.startup import resolve_supervision
+
+    class Declared(Env):
+        process_rewards = declared
+
+    cfg = RunConfig(trainer={"advantage": {"supervision": configured}})
+    out = resolve_supervision(cfg, Declared)
+    assert out.trainer.advantage.supervision == want
+    assert cfg.trainer.advantage.supervision == configured  # the input is not changed

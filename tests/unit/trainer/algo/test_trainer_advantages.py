@@ -186,26 +186,66 @@ def _two_turn(rewards: list[list[float]], **kw) -> AdvantageInputs:
 
 def test_grpo_per_turn_rewards_are_process_supervision() -> None:
     # Defect 2: (G_t - mean R)/std R gave -5e5 … -1e6 here (std of the totals is 0).
-    # Now every turn is a step (DeepSeekMath §4.1.3): the 8 step rewards
-    # .5 .5 0 1 .25 .75 1 0 have mean .5, deviations 0 0 -.5 .5 -.25 .25 .5 -.5,
+    # With process supervision every turn is a step (DeepSeekMath §4.1.3): the 8 step
+    # rewards .5 .5 0 1 .25 .75 1 0 have mean .5, deviations 0 0 -.5 .5 -.25 .25 .5 -.5,
     # Σd² = 4·.25 + 2·.0625 = 1.125, sample std sqrt(1.125/7) = 0.400892.
     # Turn 1: Â = ρ̃_1 = (ρ_1 - .5)/σ = 0, 1.24722, 0.62361, -1.24722.
     # Turn 0: Â = ρ̃_0 + ρ̃_1 = (ρ_0 + ρ_1 - 1)/σ = 0 (the totals are equal).
-    adv, _ = compute_advantages("grpo", _two_turn(SPLIT))
+    adv, _ = compute_advantages("grpo", _two_turn(SPLIT, process=True))
     s = math.sqrt(1.125 / 7)
     want = torch.tensor([[0.0, 0.0], [0.0, 0.5 / s], [0.0, 0.25 / s], [0.0, -0.5 / s]])
     torch.testing.assert_close(adv, want, atol=1e-5, rtol=1e-5)
 
 
-def test_grpo_outcome_and_process_groups_in_one_batch() -> None:
-    # Group 0 (outcome: rewards only on the last turn): totals 1, 0 → ±0.5/0.707107 = ±0.707107
-    # on both turns (γ = 1), as plain GRPO. Group 1: the process example above.
-    x = _two_turn([[0.0, 1.0], [0.0, 0.0], *SPLIT])
-    x.group_B = torch.tensor([0, 0, 1, 1, 1, 1])
+def test_grpo_outcome_supervision_credits_the_totals() -> None:
+    # The same episodes under outcome supervision (the default): one step per episode, its
+    # total, and the totals are all 1.0 → Â = 0 on every token.
+    adv, _ = compute_advantages("grpo", _two_turn(SPLIT))
+    assert torch.count_nonzero(adv) == 0
+
+
+def test_grpo_supervision_never_switches_on_the_reward_values() -> None:
+    # Issue #43: a group was made "process" by any non-zero earlier reward, so a 1e-9
+    # shaping reward on turn 0 turned (R - mean)/std = ±0.707107 on both turns (totals
+    # 1, 0) into 0 on turn 0: every advantage of the group moved by O(1). Under outcome
+    # supervision the totals are 1 + 1e-9 and 0 → still ±0.707107 (to ~1e-9) on both turns.
+    a = 0.5 / math.sqrt(0.5)
+    want = torch.tensor([[a, a], [-a, -a]])
+    for shaping in (0.0, 1e-9, -1e-9):
+        adv, _ = compute_advantages("grpo", _two_turn([[shaping, 1.0], [0.0, 0.0]]))
+        torch.testing.assert_close(adv, want, atol=1e-5, rtol=0)
+
+
+def test_grpo_in_reward_kl_is_never_a_turn_reward() -> None:
+    # kl.placement: reward puts β·KL on every token. Outcome: it only lowers the totals —
+    # R = 1 - (.01 + .01) = .98 and 0 - (.02 + .02) = -.04 → mean .47, deviations ±.51,
+    # sample std .51·√2 → ±0.707107 on both turns. (Read as turn rewards, turn 0's -.01 and
+    # -.02 made the group "process" and gave turn 0 a different advantage than turn 1.)
+    # Process: the penalty of the whole episode joins its last step: steps (0, .98) and
+    # (0, -.04) → mean .235, deviations -.235 .745 -.235 -.275, Σd² = .0552250·2 + .555025
+    # + .075625 = .741100, std √(.7411/3); turn 1: (ρ_1 - .235)/σ, turn 0 adds ρ̃_0.
+    x = _two_turn([[0.0, 1.0], [0.0, 0.0]])
+    x.penalty_BR = torch.tensor([[0.01, 0.01], [0.02, 0.02]])
     adv, _ = compute_advantages("grpo", x)
-    a, s = 0.5 / math.sqrt(0.5), math.sqrt(1.125 / 7)
-    want = [[a, a], [-a, -a], [0.0, 0.0], [0.0, 0.5 / s], [0.0, 0.25 / s], [0.0, -0.5 / s]]
-    torch.testing.assert_close(adv, torch.tensor(want), atol=1e-5, rtol=1e-5)
+    a = 0.5 / math.sqrt(0.5)
+    torch.testing.assert_close(adv, torch.tensor([[a, a], [-a, -a]]), atol=1e-5, rtol=0)
+    x.process = True
+    adv, _ = compute_advantages("grpo", x)
+    s = math.sqrt(0.7411 / 3)
+    t1 = [(0.98 - 0.235) / s, (-0.04 - 0.235) / s]
+    t0 = [-0.235 / s + t1[0], -0.235 / s + t1[1]]
+    want = torch.tensor([[t0[0], t1[0]], [t0[1], t1[1]]])
+    torch.testing.assert_close(adv, want, atol=1e-5, rtol=1e-5)
+
+
+def test_in_reward_kl_is_subtracted_per_token_for_return_estimators() -> None:
+    # dr_grpo on one one-turn group: R = 1 - .1 - .1 = .8 and 0 - .2 = -.2, mean .3;
+    # G_t = return-to-go of the net rewards: ep0 [.8, .9] - .3, ep1 [-.2, -.1] - .3.
+    x = _two_turn([[0.0, 1.0], [0.0, 0.0]])
+    x.turn_BR = torch.zeros(2, 2, dtype=torch.long)
+    x.penalty_BR = torch.tensor([[0.1, 0.1], [0.1, 0.1]])
+    adv, _ = compute_advantages("dr_grpo", x)
+    torch.testing.assert_close(adv, torch.tensor([[0.5, 0.6], [-0.5, -0.4]]))
 
 
 def test_grpo_per_turn_advantages_stay_within_the_bound() -> None:
@@ -216,7 +256,7 @@ def test_grpo_per_turn_advantages_stay_within_the_bound() -> None:
     cases = [[[0.5, 0.5 + 1e-6], [0.0, 1.0], [0.25, 0.75], [1.0, 0.0]], [[0.3, 0.3]] * 4]
     cases += [torch.rand(6, 2, generator=g).round(decimals=1).tolist() for _ in range(50)]
     for rewards in cases:
-        adv, _ = compute_advantages("grpo", _two_turn(rewards))
+        adv, _ = compute_advantages("grpo", _two_turn(rewards, process=True))
         assert float(adv.abs().max()) <= math.sqrt(2 * (2 * len(rewards) - 1)) + 1e-5
 
 

@@ -206,3 +206,35 @@ def test_episodes_without_model_tokens_are_counted_and_skipped() -> None:
     # Mixed with trainable episodes, they are left out of the update and counted.
     m = t.step([*empty, *random_batch(4)])
     assert "step/skipped" not in m and m["batch/episodes_without_model_tokens"] == 2.0
+
+
+@pytest.mark.parametrize(("supervision", "process"), [("auto", False), ("process", True)])
+def test_supervision_and_in_reward_kl_reach_the_estimator(
+    supervision: str, process: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue #43: grpo's supervision comes from the config (auto unresolved: outcome), and
+    # the in-reward KL penalty reaches the estimator apart from the episodes' rewards.
+    import agentrl.trainer.engine.trainer as trainer_mod
+
+    seen = []
+    real = trainer_mod.compute_advantages
+
+    def spy(name, inputs, whiten=None):
+        seen.append(inputs)
+        return real(name, inputs, whiten)
+
+    monkeypatch.setattr(trainer_mod, "compute_advantages", spy)
+    cfg = TrainerConfig(
+        advantage={"supervision": supervision},
+        kl={"coef": 0.05, "placement": "reward"},
+        optim={"lr": 1e-2},
+    )
+    trajs = random_batch(4)
+    t = Trainer(cfg, tiny_lm())
+    t.step(trajs)  # the policy moves away from the reference: KL > 0 on the next step
+    t.step(trajs)
+    x = seen[-1]
+    assert x.process is process
+    assert x.penalty_BR is not None and float(x.penalty_BR.abs().sum()) > 0
+    want = build_batch(trajs, [t.reward for t in trajs], [False] * 4).rewards_BR
+    torch.testing.assert_close(x.rewards_BR, want)
