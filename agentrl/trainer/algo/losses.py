@@ -232,15 +232,20 @@ def value_loss(
     """Per-token clipped value loss and its clip indicator.
 
     ½ max((V - R)², (V_old + clip(V - V_old, -ε, ε) - R)²) (PPO2 value clipping,
-    Dhariwal et al. 2017 OpenAI Baselines; Andrychowicz et al. 2021 §3.3).
+    Dhariwal et al. 2017 OpenAI Baselines; Andrychowicz et al. 2021 §3.3). A token counts
+    as clipped when |V - V_old| > ε and the clipped error is the larger: inside the range
+    V_old + (V - V_old) can differ from V by one ulp, which must neither count as a clip
+    nor pick the clipped term.
     """
     err1_BR = (values_BR - returns_BR) ** 2
     if clip is None:
         return 0.5 * err1_BR * mask_BR, torch.zeros_like(mask_BR)
-    v_clip_BR = old_values_BR + torch.clamp(values_BR - old_values_BR, -clip, clip)
+    delta_BR = values_BR - old_values_BR
+    v_clip_BR = old_values_BR + torch.clamp(delta_BR, -clip, clip)
     err2_BR = (v_clip_BR - returns_BR) ** 2
-    clipped_BR = (err2_BR > err1_BR).float() * mask_BR
-    return 0.5 * torch.maximum(err1_BR, err2_BR) * mask_BR, clipped_BR
+    clipped_BR = (delta_BR.abs() > clip) & (err2_BR > err1_BR)
+    loss_BR = torch.where(clipped_BR, err2_BR, err1_BR)
+    return 0.5 * loss_BR * mask_BR, clipped_BR.float() * mask_BR
 
 
 def explained_variance(

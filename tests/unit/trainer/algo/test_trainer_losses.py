@@ -130,6 +130,19 @@ def test_value_loss_clipping() -> None:
     assert unclipped[0].tolist() == pytest.approx([0.5, 0.18])
 
 
+def test_value_clip_fraction_counts_only_tokens_outside_the_range() -> None:
+    # Issue #43: |V - V_old| = 0.1818 < ε = 0.2, so the token is not clipped, but in float32
+    # V_old + (V - V_old) is one ulp off V, its error to R is the larger, and the token was
+    # counted as clipped (and its loss taken from the recomputed value).
+    v = torch.tensor([[-0.12402170151472092]])
+    v_old = torch.tensor([[-0.3059833347797394]])
+    ret = torch.tensor([[1.563046932220459]])
+    assert float(v_old + torch.clamp(v - v_old, -0.2, 0.2)) != float(v)  # the ulp is there
+    loss, clipped = value_loss(v, v_old, ret, torch.ones(1, 1), 0.2)
+    assert clipped.tolist() == [[0.0]]
+    assert float(loss) == float(0.5 * (v - ret) ** 2)
+
+
 def test_kl_estimators_by_hand() -> None:
     # log π = -1, log π_ref = -2 → log r = log(π_ref/π) = -1:
     # k1 = -log r = 1; k2 = ½(log r)² = 0.5; k3 = e^-1 - 1 + 1 = 0.367879.
