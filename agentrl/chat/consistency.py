@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.chat.capabilities import PY_TOOL, Capabilities, probe_capabilities
 from agentrl.chat.template_text import turn_start
 from agentrl.chat.tokenization import ChatTokenizer, TemplateError, TemplateRenderError
 from agentrl.types import Message, ToolCall
@@ -43,18 +44,6 @@ __all__ = [
     "synthetic_conversations",
 ]
 
-PY_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "python",
-        "description": "Run Python code and return its output.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The code."}},
-            "required": ["code"],
-        },
-    },
-}
 _PY_TOOL = PY_TOOL  # kept for older imports
 _THINK = re.compile(r"<think>(.*?)</think>", re.S)
 
@@ -151,6 +140,11 @@ class ConsistencyReport:
         notes: Other findings (e.g. the reasoning of the turn itself is dropped).
         per_turn_ok: Every prompt rendered and every model turn followed its
             generation prompt.
+        capabilities: What the template renders and drops (None: not probed).
+        inject_tools: Whether the check ran with the Hermes tools fallback, as a run
+            with the same ``rollout.inject_tools`` would.
+        lacks: What the model would not see in such a run (tool schemas or calls
+            dropped with ``inject_tools`` off), with the setting that fixes it.
     """
 
     results: dict[str, list[TurnCheck]] = field(default_factory=dict)
@@ -158,6 +152,9 @@ class ConsistencyReport:
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     per_turn_ok: bool = True
+    capabilities: Capabilities | None = None
+    inject_tools: bool = False
+    lacks: list[str] = field(default_factory=list)
 
     @property
     def checked(self) -> bool:
@@ -165,7 +162,7 @@ class ConsistencyReport:
         return bool(self.results)
 
     @property
-    def ok(self) -> bool:
+    def tokens_ok(self) -> bool:
         """Exact: every turn of every conversation matches and nothing else differs."""
         return (
             self.checked
@@ -173,6 +170,11 @@ class ConsistencyReport:
             and not self.notes
             and all(t.ok for ts in self.results.values() for t in ts)
         )
+
+    @property
+    def ok(self) -> bool:
+        """Exact (:attr:`tokens_ok`), and the model sees the tools it is given."""
+        return self.tokens_ok and not self.lacks
 
     @property
     def as_sampled_ok(self) -> bool:
@@ -200,7 +202,8 @@ class ConsistencyReport:
         lines += [f"[{name}] skipped: {why}" for name, why in self.skipped.items()]
         lines += [f"[{name}] error: {err}" for name, err in self.errors.items()]
         lines += [f"note: {n}" for n in self.notes]
-        lines.append("prefix-consistent: " + ("yes" if self.ok else "NO"))
+        lines += [f"lacks: {what}" for what in self.lacks]
+        lines.append("prefix-consistent: " + ("yes" if self.tokens_ok else "NO"))
         return "\n".join(lines)
 
 
@@ -322,32 +325,58 @@ def check_chat_template(
     conversations: Sequence[tuple[str, list[Message]]] | None = None,
     tools: Sequence[dict[str, Any]] = (PY_TOOL,),
     *,
-    inject_tools: bool = False,
+    inject_tools: bool | None = None,
     chat: ChatTokenizer | None = None,
 ) -> ConsistencyReport:
-    """Reports, per turn, whether delta tokenization matches the template.
+    """Reports, per turn, whether delta tokenization matches the template, as a run uses it.
 
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template.
         conversations: (name, messages) pairs; defaults to :func:`synthetic_conversations`.
         tools: Tool schemas rendered into the prompt.
-        inject_tools: Check the Hermes tools fallback (see :class:`ChatTokenizer`).
-        chat: A ChatTokenizer to use instead of building one.
+        inject_tools: The Hermes tools fallback (see :class:`ChatTokenizer`); None
+            resolves it as a run's ``rollout.inject_tools: null`` does (on when the
+            template drops tool schemas or calls), so the check covers what training sees.
+        chat: A ChatTokenizer to use instead of building one (its own ``inject_tools``).
 
     Returns:
-        A report: ``ok`` (exact), ``as_sampled_ok``, ``per_turn_ok``; template errors
-        are in ``errors`` (under "template" when no ChatTokenizer could be built).
+        A report: ``ok`` (exact, and nothing the model is given is dropped),
+        ``tokens_ok``, ``as_sampled_ok``, ``per_turn_ok``; the probed ``capabilities``
+        and what the run would lack (``lacks``); template errors are in ``errors``
+        (under "template" when no ChatTokenizer could be built).
+
+    Example (SmolLM2's ChatML drops tools; the default checks the injected rendering)::
+
+        report = check_chat_template(tokenizer)
+        print(report.summary())  # "... tool schemas DROPPED, tool calls DROPPED ..."
     """
     report = ConsistencyReport()
     try:
-        chat = chat or ChatTokenizer(tokenizer, tools=tools, inject_tools=inject_tools)
+        if chat is None:
+            plain = ChatTokenizer(tokenizer, tools=tools)
+            caps = probe_capabilities(plain)
+            inject = caps.drops_tools if inject_tools is None else inject_tools
+            chat = ChatTokenizer(tokenizer, tools=tools, inject_tools=True) if inject else plain
+        else:
+            caps, inject = probe_capabilities(chat), chat.inject_tools
     except TemplateError as e:
         report.errors["template"] = str(e)
         report.per_turn_ok = False
         return report
+    report.capabilities, report.inject_tools = caps, inject
+    if caps.drops_tools and not inject:
+        dropped = " and ".join(
+            what
+            for what, kept in (("tool schemas", caps.tool_schemas), ("tool calls", caps.tool_calls))
+            if kept is False
+        )
+        report.lacks.append(
+            f"the template drops {dropped} and inject_tools is off: the model never sees "
+            "its tools; set rollout.inject_tools: true (or leave it unset)"
+        )
     for name, conv in conversations or synthetic_conversations():
         calls = [m.tool_calls for m in conv if m.tool_calls]
-        if calls and not chat.style.renders_calls and not inject_tools:
+        if calls and not chat.style.renders_calls and not inject:
             report.skipped[name] = f"the template raises on tool calls ({chat.style.error})"
             continue
         if chat.style.single_call and any(len(c) > 1 for c in calls):

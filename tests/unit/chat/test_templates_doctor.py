@@ -118,3 +118,28 @@ def test_auto_parser_reads_injected_tools_with_hermes():
     call = '<tool_call>\n{"name": "add", "arguments": {"a": 2}}\n</tool_call>'
     parsed = loop.parser.parse(call)
     assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("add", {"a": 2})]
+
+
+def test_the_exported_check_resolves_inject_tools_as_a_run_does():
+    # Issue #43: check_chat_template said "ok" for SmolLM2's ChatML, which drops tool schemas
+    # and calls, because it checked with inject_tools=False, which no run with this tokenizer
+    # uses unless told to. It now checks what a run does (inject_tools unset: injected), and
+    # with inject_tools=False it names the capability the run lacks instead of "ok".
+    from agentrl.rollout import check_chat_template
+
+    tok = family_tokenizer("chatml_smollm2")
+    run_default = check_chat_template(tok)
+    doctor = inspect_template(tok)
+    assert run_default.inject_tools is doctor.inject_tools is True
+    assert run_default.capabilities == doctor.capabilities
+    assert run_default.ok and not run_default.lacks
+    forced = check_chat_template(tok, inject_tools=False)
+    assert not forced.ok and forced.tokens_ok
+    assert forced.lacks == [
+        "the template drops tool schemas and tool calls and inject_tools is off: the model "
+        "never sees its tools; set rollout.inject_tools: true (or leave it unset)"
+    ]
+    assert "lacks: the template drops tool schemas and tool calls" in forced.summary()
+    # A template that renders tools is checked as it is, and lacks nothing.
+    qwen = check_chat_template(family_tokenizer("qwen2_5"))
+    assert not qwen.inject_tools and not qwen.lacks and qwen.ok
