@@ -327,13 +327,26 @@ def view_cmd(
             "(default: the run's final_model/, else its model.path, else the tiny model's).",
         ),
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="AGENTRL_INSPECTOR_TOKEN",
+            show_envvar=True,
+            help="--web: secret every request must carry (open the page once with "
+            "?token=SECRET; a cookie keeps it). Required with a --host other machines can "
+            "reach.",
+        ),
+    ] = None,
 ) -> None:
     """Show one recorded episode: messages, reasoning, reward, stop, tokens, strategy.
 
     With --web, serve the trajectory inspector for the whole run instead.
     """
     if web:
-        _view_web(run_dir, step, episode if step is not None else None, port, host, tokenizer)
+        _view_web(
+            run_dir, step, episode if step is not None else None, port, host, tokenizer, token
+        )
         return
     from agentrl.reporting.run_dir import read_trajectories
 
@@ -364,7 +377,13 @@ def view_cmd(
 
 
 def _view_web(
-    run_dir: str, step: int | None, episode: int | None, port: int, host: str, tok: str | None
+    run_dir: str,
+    step: int | None,
+    episode: int | None,
+    port: int,
+    host: str,
+    tok: str | None,
+    token: str | None = None,
 ) -> None:
     from urllib.parse import urlencode
 
@@ -378,9 +397,10 @@ def _view_web(
         find_decoder,
         serve,
     )
-    from agentrl.inspector.serve import is_loopback
+    from agentrl.inspector.serve import TokenGate, check_host
 
     try:
+        check_host(host, token)
         run = RunData(run_dir)
         sock = bind(host, port)
     except (NotARunDirError, ServeError) as e:
@@ -398,11 +418,15 @@ def _view_web(
     url = f"http://{shown}:{bound}/" + (f"?{urlencode(query)}" if query else "")
     console.print(f"inspector for {run.path} at {url}", markup=False, soft_wrap=True)
     console.print(f"{note}; Ctrl-C stops it", markup=False, soft_wrap=True)
-    if not is_loopback(host):
+    web_app = create_app(run, decoder, note)
+    if token:
+        web_app.add_middleware(TokenGate, token=token)
         console.print(
-            f"[yellow]warning:[/] listening on {host}: anyone who can reach it can read this run"
+            "every request needs the token: open the page once with token=SECRET added to "
+            "its query (a cookie keeps it)",
+            markup=False,
         )
-    serve(create_app(run, decoder, note), sock, on_stop=lambda: console.print("inspector stopped"))
+    serve(web_app, sock, on_stop=lambda: console.print("inspector stopped"))
 
 
 @app.command("sft")

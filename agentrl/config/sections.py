@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
     "DEFAULT_LR",
@@ -52,6 +52,14 @@ class InferenceConfig(Strict):
     num_servers: int = Field(1, ge=1, description="Local vLLM servers to launch.")
     urls: list[str] = Field(
         default_factory=list, description="Attach to these running servers instead of launching."
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        exclude=True,
+        description="Bearer key of the servers in `urls` (vLLM --api-key, or a proxy's), sent "
+        "on every request. Never saved to config.yaml; prefer the environment variable "
+        "AGENTRL_INFERENCE_API_KEY, read when this is unset (a command line is visible in "
+        "`ps`). Launched servers need none: off loopback they get a per-run key of their own.",
     )
     api: Literal["auto", "generate", "completions"] = Field(
         "auto",

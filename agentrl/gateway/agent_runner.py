@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from agentrl.env import call_maybe_async
-from agentrl.gateway.server import Gateway
+from agentrl.gateway.server import Gateway, redact_token
 from agentrl.gateway.transport import in_process_client, in_process_sync_client
 from agentrl.loading.modules import import_file
 from agentrl.reporting.episode import EpisodeReport, collect_episode_report
@@ -261,6 +261,8 @@ class AgentRunner:
         finally:
             self.gateway.close_session(session)
             await self._close(client)
+        if error:  # an agent's traceback may quote its base URL: the token stays secret
+            error = redact_token(error)
         traj = session.trajectory(
             task_id=task_id, group_id=group_id, reward=reward, stop_reason=reason, error=error
         )
@@ -268,7 +270,7 @@ class AgentRunner:
         traj.info.update(report.info)
         traj.metrics["episode_time_s"] = time.perf_counter() - t0
         if session.last_api_error:
-            traj.info["last_api_error"] = session.last_api_error
+            traj.info["last_api_error"] = redact_token(session.last_api_error)
         return traj
 
     async def _episode(

@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
+import logging
+import re
+import secrets
 import socket
 import traceback
-import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
@@ -58,10 +62,58 @@ from agentrl.gateway.wire import (
 from agentrl.inference.protocol import LLMClient
 from agentrl.types import Message, StopReason
 
-__all__ = ["Answer", "Gateway", "sse_bytes"]
+__all__ = ["Answer", "Gateway", "redact_token", "sse_bytes"]
 
 Handler = Callable[[Session, Any], Awaitable[Answer]]
 _SESSION_ROUTES = {tuple(r.split(" ", 1)) for r in ROUTES}
+
+
+_TOKEN_IN_PATH = re.compile(r"(/sessions/)[^/?#]*")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def redact_token(text: str) -> str:
+    """``text`` with every session token of a ``/sessions/{token}`` path replaced.
+
+    >>> redact_token("http://h:1/sessions/abc/v1/models")
+    'http://h:1/sessions/{token}/v1/models'
+    """
+    return _TOKEN_IN_PATH.sub(r"\1{token}", text)
+
+
+class _RedactTokens(logging.Filter):
+    """Rewrites log records that quote a session URL (the HTTP clients' request logs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with contextlib.suppress(Exception):
+            text = record.getMessage()
+            if "/sessions/" in text:
+                record.msg, record.args = redact_token(text), ()
+        return True
+
+
+_REDACT = _RedactTokens()
+_CLIENT_LOGGERS = (  # a logger's filter sees only its own records, not its children's
+    "httpx",
+    "httpx2",  # the openai SDK's own copy of httpx
+    "openai",
+    "openai._base_client",
+    "anthropic",
+    "anthropic._base_client",
+    "uvicorn.error",
+    "uvicorn.access",
+)
+
+
+def _redact_client_logs() -> None:
+    """Keeps session tokens out of the logs of the HTTP clients an agent uses (idempotent)."""
+    for name in _CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if _REDACT not in logger.filters:
+            logger.addFilter(_REDACT)
 
 
 def _http(ans: Answer) -> Response:
@@ -110,7 +162,7 @@ class Gateway:
             tokenizer, tool_parser=lim.tool_parser, reasoning_parser=lim.loop.reasoning_parser,
             inject_tools=lim.inject_tools, parser=parser,
         )  # fmt: skip
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[bytes, Session] = {}  # by the SHA-256 digest of the token
         self._models = {
             "object": "list",
             "data": [{"id": lim.model_name, "object": "model", "owned_by": "agentrl"}],
@@ -122,15 +174,20 @@ class Gateway:
     # ------------------------------------------------------------------ sessions
 
     def open_session(self, episode_id: str) -> Session:
-        """A new session for one episode; its URL token is ``session.token``."""
+        """A new session for one episode; its URL token is ``session.token``.
+
+        The token (256 random bits from :mod:`secrets`) is the only secret of the
+        episode's traffic: sessions are found by its SHA-256 digest, compared in
+        constant time, and the gateway never logs or echoes it.
+        """
         session = Session(episode_id, self.llm, self.templates, self.limits)
-        session.token = uuid.uuid4().hex
-        self.sessions[session.token] = session
+        session.token = secrets.token_urlsafe(32)
+        self.sessions[_digest(session.token)] = session
         return session
 
     def close_session(self, session: Session) -> None:
         """Ends a session: later requests to its URL get 404."""
-        self.sessions.pop(session.token, None)
+        self.sessions.pop(_digest(session.token), None)
         session.close()
 
     def base_url(self, session: Session) -> str:
@@ -142,12 +199,13 @@ class Gateway:
         return f"http://{self.host}:{self.port}/sessions/{session.token}"
 
     def _session(self, token: str) -> Session:
-        s = self.sessions.get(token)
-        if s is None:
+        digest = _digest(token)
+        s = self.sessions.get(digest)
+        if s is None or not hmac.compare_digest(_digest(s.token), digest):
             raise ApiError(
                 404,
-                f"unknown session {token!r}: its episode ended or never started (use the "
-                "base_url the gateway gave the episode)",
+                "unknown session: its episode ended or never started (use the base_url "
+                "the gateway gave the episode)",
                 code="session_not_found",
             )
         return s
@@ -204,7 +262,7 @@ class Gateway:
             return await self._guard(token, raw, self._responses, api="responses")
         if method == "POST" and route == "messages":
             return await self._guard(token, raw, self._messages, api="messages", anthropic=True)
-        return unknown_route(method, path or f"/sessions/{token}/v1/{route}", headers)
+        return unknown_route(method, redact_token(path or f"/sessions/{token}/v1/{route}"), headers)
 
     async def answer(self, token: str, raw: bytes, *, chat: bool) -> Answer:
         """Answers one request body to a session's chat/completions (``chat``) or
@@ -288,6 +346,7 @@ class Gateway:
 
     async def start(self) -> Gateway:
         """Starts serving in this event loop; ``port`` is set to the bound one."""
+        _redact_client_logs()
         import uvicorn
 
         class _Server(uvicorn.Server):

@@ -44,6 +44,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentrl.inference.auth import auth_headers
 from agentrl.inference.http1 import ConnectFailed, Http1Pool, RequestFailed
 from agentrl.inference.protocol import Generation, LLMError, SamplingParams
 from agentrl.runtime.lifecycle import AsyncClosing
@@ -104,6 +105,7 @@ class CompletionsClient(AsyncClosing):
         max_connections: Connection pool size (in-flight requests beyond it queue).
         retries: Extra attempts on errors that are safe to retry.
         weight_version: Returns the weight version the server holds now.
+        api_key: Bearer key sent with every request (servers off loopback require it).
     """
 
     path = "/v1/completions"
@@ -118,8 +120,10 @@ class CompletionsClient(AsyncClosing):
         max_connections: int = 4096,
         retries: int = 3,
         weight_version: Callable[[], int] | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._headers = auth_headers(api_key)
         self.model = model
         self.retries = retries
         self.timeout_s = timeout_s
@@ -141,6 +145,7 @@ class CompletionsClient(AsyncClosing):
                 self.base_url,
                 max_connections=self.max_connections,
                 connect_timeout_s=self.connect_timeout_s,
+                headers=self._headers,
             )
         return pool
 

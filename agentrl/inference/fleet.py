@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from agentrl.inference.auth import new_key
 from agentrl.inference.protocol import Generation, SamplingParams
 from agentrl.inference.router import Router
 from agentrl.inference.server import ServerConfig, VLLMServer
@@ -91,13 +93,16 @@ class Fleet(AsyncClosing):
         """
         if ports is not None and len(ports) != num_servers:
             raise ValueError(f"{len(ports)} ports given for {num_servers} servers")
+        if config.api_key is None:  # one key for the run's servers (used off loopback only)
+            config = dataclasses.replace(config, api_key=new_key())
         servers = [VLLMServer(config, ports[i] if ports else None) for i in range(num_servers)]
         results = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await asyncio.gather(*(s.stop() for s in servers))
             raise errors[0]
-        router = Router([s.url for s in servers], api=api, **(router_kwargs or {}))
+        router_kwargs = {"api_key": servers[0].api_key, **(router_kwargs or {})}
+        router = Router([s.url for s in servers], api=api, **router_kwargs)
         fleet = cls(router, servers, **fleet_kwargs)
         await fleet.weight_sync.load_current_all()
         fleet.start_health_checks()
@@ -109,11 +114,13 @@ class Fleet(AsyncClosing):
         urls: Sequence[str],
         *,
         api: str = "completions",
+        api_key: str | None = None,
         router_kwargs: dict[str, Any] | None = None,
         **fleet_kwargs: Any,
     ) -> Fleet:
-        """A fleet over servers someone else runs (health-checked, not restarted)."""
-        router = Router(urls, api=api, **(router_kwargs or {}))
+        """A fleet over servers someone else runs (health-checked, not restarted);
+        ``api_key``: their bearer key, sent on every request."""
+        router = Router(urls, api=api, api_key=api_key, **(router_kwargs or {}))
         fleet = cls(router, [None] * len(urls), **fleet_kwargs)
         fleet.start_health_checks()
         return fleet
@@ -144,7 +151,9 @@ class Fleet(AsyncClosing):
             self._health_task = asyncio.create_task(self._health_loop(), name="fleet-health")
 
     async def _health_loop(self) -> None:
-        async with httpx.AsyncClient(timeout=self.health_timeout_s) as http:
+        async with httpx.AsyncClient(
+            timeout=self.health_timeout_s, headers=self.router.headers
+        ) as http:
             while not self._closed:
                 try:
                     await self.check_health(http)

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from agentrl.inference.auth import auth_headers
 from agentrl.inference.server import ServerConfig, ServerStartError, VLLMServer
 from agentrl.runtime.lifecycle import AsyncClosing
 
@@ -82,15 +83,23 @@ class RewardModelClient(AsyncClosing):
         base_url: The server (``http://host:port``).
         timeout_s: Timeout of one request (a batch).
         batch_size: Most sequences per request.
+        api_key: Bearer key of the server (None: an open server).
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 60.0, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 60.0,
+        batch_size: int = 32,
+        api_key: str | None = None,
+    ) -> None:
         if batch_size < 1 or timeout_s <= 0:
             raise ValueError("batch_size must be ≥ 1 and timeout_s > 0")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.batch_size = batch_size
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+        self._http = httpx.AsyncClient(timeout=timeout_s, headers=auth_headers(api_key))
 
     async def close(self) -> None:
         """Closes the HTTP client (idempotent)."""
@@ -177,7 +186,10 @@ class RewardModelServer(AsyncClosing):
             await server.stop()
             raise
         return cls(
-            server, RewardModelClient(server.url, timeout_s=timeout_s, batch_size=batch_size)
+            server,
+            RewardModelClient(
+                server.url, timeout_s=timeout_s, batch_size=batch_size, api_key=server.api_key
+            ),
         )
 
     @classmethod

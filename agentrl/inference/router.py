@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from agentrl.inference.auth import auth_headers
 from agentrl.inference.client import CompletionsClient, ServerUnavailable, make_client
 from agentrl.inference.protocol import Generation, LLMError, SamplingParams
 from agentrl.runtime.lifecycle import AsyncClosing
@@ -86,6 +87,8 @@ class Router(AsyncClosing):
         wait_for_server_s: How long a request waits for any healthy server.
         max_sessions: Sticky assignments remembered (least recently used dropped).
         client_kwargs: Passed to each server's client (timeouts, pool size, ...).
+        api_key: Bearer key of the servers (sent by their clients, the metrics scrape,
+            health checks and weight syncs); None: servers without a key.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Router(AsyncClosing):
         wait_for_server_s: float = 900.0,
         max_sessions: int = 200_000,
         client_kwargs: dict[str, Any] | None = None,
+        api_key: str | None = None,
     ) -> None:
         if not urls:
             raise ValueError("Router needs at least one server URL")
@@ -109,6 +113,7 @@ class Router(AsyncClosing):
         self.wait_for_server_s = wait_for_server_s
         self.max_sessions = max_sessions
         self._client_kwargs = dict(client_kwargs or {})
+        self.api_key = api_key
         self.servers: list[ServerState] = []
         for u in urls:
             self.add_server(u)
@@ -123,12 +128,21 @@ class Router(AsyncClosing):
         url = url.rstrip("/")
         box: list[ServerState] = []
         client = make_client(
-            self.api, url, weight_version=lambda: box[0].weight_version, **self._client_kwargs
+            self.api,
+            url,
+            weight_version=lambda: box[0].weight_version,
+            api_key=self.api_key,
+            **self._client_kwargs,
         )
         state = ServerState(url=url, client=client, weight_version=weight_version)
         box.append(state)
         self.servers.append(state)
         return state
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers of every control call to the servers (the bearer key, if any)."""
+        return auth_headers(self.api_key)
 
     def server(self, url: str) -> ServerState:
         """The state of the server at ``url``."""
@@ -245,7 +259,7 @@ class Router(AsyncClosing):
             except httpx.HTTPError:
                 pass
 
-        async with httpx.AsyncClient(timeout=timeout_s) as http:
+        async with httpx.AsyncClient(timeout=timeout_s, headers=self.headers) as http:
             await asyncio.gather(*(one(s, http) for s in self.servers))
 
     def metrics(self) -> dict[str, float]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from agentrl.inference.auth import KEY_ENV, MIDDLEWARE, is_loopback, new_key
 from agentrl.runtime.cpus import cpu_list
 
 __all__ = [
@@ -63,6 +64,9 @@ class ServerConfig:
             crashes when a seeded request's prefill is chunked; vLLM's default on GPU).
         cpus: CPU ids the server's processes are pinned to (Linux affinity, and on CPU
             vLLM's OpenMP threads, one per CPU); empty: not pinned.
+        api_key: Bearer key a server off loopback requires on every route but
+            ``/health`` (see :mod:`agentrl.inference.auth`; None: a fresh one per
+            server). Ignored on loopback hosts, which stay open to local clients.
     """
 
     model: str
@@ -80,6 +84,7 @@ class ServerConfig:
     device: str = "auto"
     chunked_prefill: bool | None = None
     cpus: tuple[int, ...] = ()
+    api_key: str | None = field(default=None, repr=False)
 
 
 def vllm_device(requested: str = "auto") -> str:
@@ -191,6 +196,8 @@ class VLLMServer:
         self.config = config
         self.port = port or free_port(config.host)
         self.url = f"http://{config.host}:{self.port}"
+        self.api_key = None if is_loopback(config.host) else (config.api_key or new_key())
+        """The key the server requires (None: open, on loopback)."""
         log_dir = (
             Path(config.log_dir)
             if config.log_dir
@@ -223,6 +230,8 @@ class VLLMServer:
         if c.chunked_prefill is False or (c.chunked_prefill is None and not cuda):
             budget = c.max_model_len or _model_max_len(c.model)
             cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
+        if self.api_key:  # the key itself goes in the environment, not on the command line
+            cmd += ["--middleware", MIDDLEWARE]
         return [*cmd, *c.extra_args]
 
     def launch_command(self) -> list[str]:
@@ -232,9 +241,13 @@ class VLLMServer:
         return [*reaper, *pin, "--", *self.command()]
 
     def environment(self) -> dict[str, str]:
-        """The server's environment: dev-mode RL routes on, OpenMP threads pinned."""
+        """The server's environment: dev-mode RL routes on (behind the key when off
+        loopback), OpenMP threads pinned."""
         env = dict(os.environ)
         env["VLLM_SERVER_DEV_MODE"] = "1"
+        env.pop(KEY_ENV, None)
+        if self.api_key:
+            env[KEY_ENV] = self.api_key
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         if vllm_device(self.config.device) == "cpu":
             # The legacy whole-GiB variable would override --kv-cache-memory-bytes.

@@ -101,8 +101,8 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _control_client(timeout_s: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=timeout_s, verify=_ssl_context())
+def _control_client(timeout_s: float, router: Router) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout_s, verify=_ssl_context(), headers=router.headers)
 
 
 def _dir_size(path: Path) -> int:
@@ -134,6 +134,21 @@ def _state_dict(weights: Any) -> Mapping[str, Any]:
     if isinstance(weights, Mapping):
         return weights
     raise TypeError(f"weights must be a state dict, a torch module or a path, not {type(weights)}")
+
+
+def _keyed(client: Any, headers: Mapping[str, str]) -> Any:
+    """vLLM's weight-transfer HTTP client, sending ``headers`` (the server key) too."""
+    if not headers:
+        return client
+
+    def post(path: str, json: dict[str, Any] | None = None) -> None:
+        r = httpx.post(
+            f"{client.base_url}/{path}", json=json, timeout=client.timeout, headers=dict(headers)
+        )
+        r.raise_for_status()
+
+    client._post = post
+    return client
 
 
 class WeightSync:
@@ -282,7 +297,7 @@ class WeightSync:
         if self.weights_path is not None:
             await self._sync_one(server, self.weights_path, self.version, "abort")
         else:
-            async with _control_client(self.timeout_s) as http:
+            async with _control_client(self.timeout_s, self.router) as http:
                 await self._post(
                     http, server, "/update_weight_version", {"new_version": str(self.version)}
                 )
@@ -311,7 +326,7 @@ class WeightSync:
         The pause is timed from sending ``/pause`` to ``/resume`` returning: the
         longest stall an in-flight request can see.
         """
-        async with _control_client(self.timeout_s) as http:
+        async with _control_client(self.timeout_s, self.router) as http:
             paused = time.monotonic()
             await self._post(http, s, "/pause", params={"mode": mode})
             try:
@@ -371,14 +386,17 @@ class NcclWeightSync:
         )
 
         for i, s in enumerate(self.router.servers):
-            world = 1 + int(httpx.get(f"{s.url}/get_world_size", timeout=30).json()["world_size"])
+            r = httpx.get(f"{s.url}/get_world_size", timeout=30, headers=self.router.headers)
+            world = 1 + int(r.json()["world_size"])
             info = NCCLTrainerInitInfo(
                 rank=0, master_address=self.master_address,
                 master_port=self.master_port + i, world_size=world,
             )  # fmt: skip
             self._engines.append(
                 NCCLTrainerWeightTransferEngine.trainer_init(
-                    info, client=HTTPVLLMWeightSyncClient(s.url), source=ModuleSource(self.module)
+                    info,
+                    client=_keyed(HTTPVLLMWeightSyncClient(s.url), self.router.headers),
+                    source=ModuleSource(self.module),
                 )
             )
 
@@ -389,7 +407,7 @@ class NcclWeightSync:
         t0 = time.monotonic()
         version = self.version + 1
         pauses: dict[str, float] = {}
-        async with _control_client(300) as http:
+        async with _control_client(300, self.router) as http:
             for s, engine in zip(self.router.servers, self._engines, strict=True):
                 (
                     await http.post(f"{s.url}/pause", params={"mode": mode or self.mode})

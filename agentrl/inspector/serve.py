@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
+import hashlib
+import hmac
 import socket
 from collections.abc import Callable
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import parse_qs
 
 import uvicorn
 from fastapi import FastAPI
 
-__all__ = ["ServeError", "bind", "is_loopback", "serve"]
+from agentrl.runtime.hosts import is_loopback
+
+__all__ = [
+    "TOKEN_ENV",
+    "ServeError",
+    "TokenGate",
+    "bind",
+    "check_host",
+    "is_loopback",
+    "serve",
+]
+
+TOKEN_ENV = "AGENTRL_INSPECTOR_TOKEN"
+"""Environment variable read for ``--token``."""
+COOKIE = "agentrl_inspector_token"
 
 
 class ServeError(OSError):
@@ -43,14 +61,88 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def check_host(host: str, token: str | None) -> None:
+    """Refuses a non-loopback ``host`` without a token: the page shows the whole run.
+
+    Raises:
+        ServeError: ``host`` is reachable from other machines and no token was given.
+    """
+    if not token and not is_loopback(host):
+        raise ServeError(
+            f"--host {host} would show this run to anyone who can reach this machine: give "
+            f"--token SECRET (or set {TOKEN_ENV}) to require it on every request, or listen "
+            "on 127.0.0.1 (the default)"
+        )
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
+
+
+class TokenGate:
+    """ASGI middleware: every request needs the token, else 401.
+
+    The token is read from ``Authorization: Bearer``, the ``token`` query parameter
+    (a browser's first visit: the answer then sets an HttpOnly, SameSite=Strict cookie
+    so the page's own requests carry it) or that cookie; compared in constant time.
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        if not token:
+            raise ValueError("TokenGate needs a non-empty token")
+        self.app = app
+        self._digest = _digest(token)
+
+    def _given(self, scope: dict[str, Any]) -> tuple[str, bool]:
+        """(token offered, whether it came in the query)."""
+        headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
+        scheme, _, bearer = headers.get(b"authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and bearer:
+            return bearer.strip(), False
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+        if query:
+            return query[0], True
+        cookie = SimpleCookie()
+        try:
+            cookie.load(headers.get(b"cookie", ""))
+        except Exception:  # a malformed Cookie header is no token
+            return "", False
+        morsel = cookie.get(COOKIE)
+        return (morsel.value if morsel else ""), False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        token, from_query = self._given(scope)
+        if not hmac.compare_digest(_digest(token), self._digest):
+            body = b"401: this inspector needs its token (open the page once with ?token=...)"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"text/plain; charset=utf-8"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not from_query:
+            await self.app(scope, receive, send)
+            return
+        cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode("latin-1")
+
+        async def send_with_cookie(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (b"set-cookie", cookie)],
+                }
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
 
 
 def serve(app: FastAPI, sock: socket.socket, on_stop: Callable[[], None] | None = None) -> None:

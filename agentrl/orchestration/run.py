@@ -21,6 +21,7 @@ from agentrl.orchestration.reward_scoring import check_reward_model, open_reward
 from agentrl.orchestration.startup import (
     ComponentError,
     Prepared,
+    attached_key,
     check_servers,
     detect_api,
     open_env_resources,
@@ -167,10 +168,11 @@ async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) 
     cfg = prep.cfg
     api: str = cfg.inference.api
     if cfg.inference.urls:
-        await check_servers(cfg.inference.urls)
+        key = attached_key(cfg)
+        await check_servers(cfg.inference.urls, api_key=key)
         if api == "auto":
-            api = await detect_api(cfg.inference.urls)
-        return await Fleet.attach(cfg.inference.urls, api=api)
+            api = await detect_api(cfg.inference.urls, api_key=key)
+        return await Fleet.attach(cfg.inference.urls, api=api, api_key=key)
     try:
         config = server_config(cfg, prep.model_dir, log_dir)
         return await Fleet.launch(config, num_servers, api="generate" if api == "auto" else api)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,8 +31,10 @@ from agentrl.rollout.stages import Stage
 from agentrl.runtime.cpus import check_cpus, pinned
 
 __all__ = [
+    "ATTACHED_KEY_ENV",
     "ComponentError",
     "Prepared",
+    "attached_key",
     "check_servers",
     "load_tasks_for",
     "loop_config",
@@ -142,8 +145,20 @@ def resolve_model_dir(cfg: RunConfig, say: Callable[[str], None]) -> str:
         raise ComponentError(f"model {cfg.model.path!r}: {e}") from e
 
 
+ATTACHED_KEY_ENV = "AGENTRL_INFERENCE_API_KEY"
+"""Where the key of attached servers is read when ``inference.api_key`` is unset."""
+
+
+def attached_key(cfg: RunConfig) -> str | None:
+    """The bearer key of the servers in ``inference.urls``: ``inference.api_key``, else
+    :data:`ATTACHED_KEY_ENV`, else None."""
+    key = cfg.inference.api_key
+    return key.get_secret_value() if key is not None else os.environ.get(ATTACHED_KEY_ENV)
+
+
 def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
-    """The vLLM server settings of ``cfg``."""
+    """The vLLM server settings of ``cfg``, with the run's key (used off loopback only)."""
+    from agentrl.inference.auth import new_key
     from agentrl.inference.server import ServerConfig
 
     inf = cfg.inference
@@ -157,14 +172,19 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
         extra_args=tuple(inf.extra_args),
         log_dir=log_dir,
         cpus=tuple(check_cpus(inf.cpus, "inference.cpus")),
+        api_key=new_key(),
     )
 
 
-async def check_servers(urls: Sequence[str], timeout_s: float = 10.0) -> None:
+async def check_servers(
+    urls: Sequence[str], timeout_s: float = 10.0, api_key: str | None = None
+) -> None:
     """Fails at start-up, naming the servers, when any given server does not answer."""
     import httpx
 
-    async with httpx.AsyncClient(timeout=timeout_s) as http:
+    from agentrl.inference.auth import auth_headers
+
+    async with httpx.AsyncClient(timeout=timeout_s, headers=auth_headers(api_key)) as http:
 
         async def one(url: str) -> str | None:
             try:
@@ -183,12 +203,16 @@ async def check_servers(urls: Sequence[str], timeout_s: float = 10.0) -> None:
 GENERATE_ROUTE = "/inference/v1/generate"
 
 
-async def detect_api(urls: Sequence[str], timeout_s: float = 10.0) -> str:
+async def detect_api(
+    urls: Sequence[str], timeout_s: float = 10.0, api_key: str | None = None
+) -> str:
     """``generate`` when every server's ``/openapi.json`` lists vLLM's token route, else
     ``completions`` (a server without an OpenAPI document, or another server)."""
     import httpx
 
-    async with httpx.AsyncClient(timeout=timeout_s) as http:
+    from agentrl.inference.auth import auth_headers
+
+    async with httpx.AsyncClient(timeout=timeout_s, headers=auth_headers(api_key)) as http:
 
         async def has_route(url: str) -> bool:
             try:

@@ -208,13 +208,24 @@ def make_app(policy: ScriptedPolicy, requests: list[dict[str, Any]] | None = Non
 class ScriptedServer:
     """Runs the scripted server in a background thread on 127.0.0.1.
 
+    ``api_key``: every route but ``/health`` then needs ``Authorization: Bearer <key>``,
+    as on an agentrl vLLM server off loopback (:mod:`agentrl.inference.auth`).
+
     Example:
         >>> with ScriptedServer(RandomPolicy(100, eos_id=99)) as srv:  # doctest: +SKIP
         ...     client = CompletionsClient(srv.url)
     """
 
-    def __init__(self, policy: ScriptedPolicy, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        policy: ScriptedPolicy,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+    ) -> None:
         self.policy = policy
+        self.api_key = api_key
         self.host = host
         self.port = port or _free_port(host)
         self.requests: list[dict[str, Any]] = []
@@ -228,8 +239,13 @@ class ScriptedServer:
     def start(self, timeout_s: float = 10.0) -> ScriptedServer:
         import uvicorn
 
+        app = make_app(self.policy, self.requests)
+        if self.api_key:
+            from agentrl.inference.auth import ServerKeyMiddleware
+
+            app = ServerKeyMiddleware(app, self.api_key)
         config = uvicorn.Config(
-            make_app(self.policy, self.requests),
+            app,
             host=self.host,
             port=self.port,
             log_level="warning",

@@ -16,10 +16,13 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from agentrl import Env, Message, StepResult
+from agentrl.inference.auth import is_loopback
 
 # One Ray test module at a time in the parallel phase: each starts its own cluster.
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray")]
@@ -154,6 +157,10 @@ async def test_short_training_across_three_nodes(
         }
         assert node_a != node_b
         assert all(u.startswith("http://") for u in dep.urls)
+        if not is_loopback(urlsplit(dep.urls[0]).hostname or ""):  # the replica binds node A's IP
+            assert dep.fleet.router.api_key  # its dev routes need the run's key
+            async with httpx.AsyncClient(timeout=30) as http:
+                assert (await http.post(dep.urls[0] + "/pause")).status_code == 401
         before = dep.trainer.weights_checksum()
 
         steps: list[dict[str, float]] = []

@@ -35,7 +35,7 @@ class InferenceReplica:
 
     Args:
         server: The server's configuration; its host is replaced by the node's IP so
-            other nodes can reach it.
+            other nodes can reach it, which makes the server require its ``api_key``.
         weights_root: Local directory (same path on every node) where pushed weights go.
     """
 
@@ -54,6 +54,10 @@ class InferenceReplica:
         """Starts the server, waits until it is ready; returns its URL."""
         await self._server.start()
         return self._server.url
+
+    def api_key(self) -> str | None:
+        """The key the server requires (None: it listens on loopback only)."""
+        return self._server.api_key
 
     def info(self) -> dict[str, Any]:
         """URL, node id, pid and log path of the server."""
@@ -111,6 +115,7 @@ class RolloutWorker:
         max_concurrency: Most episodes in flight in this worker.
         request_timeout_s: Timeout of one generate call.
         health_interval_s: Seconds between checks that bring failed servers back.
+        api_key: Bearer key of the servers (None: open servers).
     """
 
     def __init__(
@@ -125,6 +130,7 @@ class RolloutWorker:
         max_concurrency: int,
         request_timeout_s: float = 600.0,
         health_interval_s: float = 2.0,
+        api_key: str | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -137,7 +143,10 @@ class RolloutWorker:
         self._shared: dict[str, Any] = {}  # what the env's run_resources yielded
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.router = Router(
-            list(urls), api="generate", client_kwargs={"timeout_s": request_timeout_s}
+            list(urls),
+            api="generate",
+            client_kwargs={"timeout_s": request_timeout_s},
+            api_key=api_key,
         )
         self.runner = RolloutRunner(
             AgentLoop(self.router, tokenizer, loop_config),
@@ -179,7 +188,7 @@ class RolloutWorker:
     async def _health_loop(self) -> None:
         import httpx
 
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        async with httpx.AsyncClient(timeout=5.0, headers=self.router.headers) as http:
             while not self._closed:
                 for s in self.router.servers:
                     if s.healthy:

@@ -183,6 +183,7 @@ class RayDeployment(AsyncClosing):
             urls, trainer_nodes = await asyncio.gather(
                 await_refs(started, startup), await_refs(setups, timeout)
             )
+            key = await await_refs(replicas[0].api_key.remote(), timeout)  # the run's, shared
             worker_cls: Any = ray.remote(RolloutWorker)
             workers = [
                 worker_cls.options(**_options(ro, pgs["rollout"], i)).remote(
@@ -194,6 +195,7 @@ class RayDeployment(AsyncClosing):
                     group_size=group_size,
                     max_concurrency=max_concurrency,
                     request_timeout_s=request_timeout_s,
+                    api_key=key,
                 )
                 for i in range(ro.count)
             ]
@@ -205,6 +207,7 @@ class RayDeployment(AsyncClosing):
             fleet = await Fleet.attach(
                 urls,
                 api="generate",
+                api_key=key,
                 router_kwargs={"client_kwargs": {"timeout_s": request_timeout_s}},
             )
             await fleet.weight_sync.load_current_all()  # label the servers with version 0

@@ -56,7 +56,7 @@ def test_port_in_use_is_a_clear_error(run_path):
 
 
 def test_unknown_host_and_bad_tokenizer(run_path, tmp_path):
-    code, out = _view(str(run_path), "--web", "--host", "no-such-host.invalid")
+    code, out = _view(str(run_path), "--web", "--host", "no-such-host.invalid", "--token", "t")
     assert code == 2 and "cannot listen on 'no-such-host.invalid': unknown host" in out
     code, out = _view(str(run_path), "--web", "--port", "0", "--tokenizer", str(tmp_path))
     assert code == 2 and "no tokenizer.json there" in out
