@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -60,6 +58,7 @@ from agentrl.gateway.wire import (
     unknown_route,
 )
 from agentrl.inference.protocol import LLMClient
+from agentrl.runtime.doors import same_secret, secret_digest
 from agentrl.types import Message, StopReason
 
 __all__ = ["Answer", "Gateway", "redact_token", "sse_bytes"]
@@ -69,10 +68,6 @@ _SESSION_ROUTES = {tuple(r.split(" ", 1)) for r in ROUTES}
 
 
 _TOKEN_IN_PATH = re.compile(r"(/sessions/)[^/?#]*")
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
 def redact_token(text: str) -> str:
@@ -182,12 +177,12 @@ class Gateway:
         """
         session = Session(episode_id, self.llm, self.templates, self.limits)
         session.token = secrets.token_urlsafe(32)
-        self.sessions[_digest(session.token)] = session
+        self.sessions[secret_digest(session.token)] = session
         return session
 
     def close_session(self, session: Session) -> None:
         """Ends a session: later requests to its URL get 404."""
-        self.sessions.pop(_digest(session.token), None)
+        self.sessions.pop(secret_digest(session.token), None)
         session.close()
 
     def base_url(self, session: Session) -> str:
@@ -199,9 +194,9 @@ class Gateway:
         return f"http://{self.host}:{self.port}/sessions/{session.token}"
 
     def _session(self, token: str) -> Session:
-        digest = _digest(token)
+        digest = secret_digest(token)
         s = self.sessions.get(digest)
-        if s is None or not hmac.compare_digest(_digest(s.token), digest):
+        if s is None or not same_secret(s.token, digest):
             raise ApiError(
                 404,
                 "unknown session: its episode ended or never started (use the base_url "

@@ -19,15 +19,13 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from agentrl.runtime.hosts import is_loopback
+from agentrl.runtime.doors import is_loopback, same_secret, secret_digest, send_unauthorized
 
 __all__ = [
     "KEY_ENV",
@@ -63,10 +61,6 @@ def auth_headers(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
-
-
 class ServerKeyMiddleware:
     """Pure ASGI middleware: refuses (401) every request without the bearer key.
 
@@ -89,7 +83,7 @@ class ServerKeyMiddleware:
                 f"{MIDDLEWARE} needs the server key in the environment variable {KEY_ENV}"
             )
         self.app = app
-        self._digest = _digest(key)
+        self._digest = secret_digest(key)
 
     def allowed(self, scope: Scope) -> bool:
         """Whether the request may pass (open path, or the right bearer key)."""
@@ -102,7 +96,7 @@ class ServerKeyMiddleware:
                 value = v
                 break
         scheme, _, token = value.decode("latin-1").partition(" ")
-        ok = hmac.compare_digest(_digest(token.strip()), self._digest)
+        ok = same_secret(token.strip(), self._digest)
         return ok and scheme.lower() == "bearer"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -113,15 +107,6 @@ class ServerKeyMiddleware:
             await send({"type": "websocket.close", "code": 1008})
         else:
             body = json.dumps({"error": "Unauthorized: missing or wrong bearer key"}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
+            await send_unauthorized(
+                send, body, b"application/json", [(b"www-authenticate", b"Bearer")]
             )
-            await send({"type": "http.response.body", "body": body})

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
-import hmac
 import socket
 from collections.abc import Callable
 from http.cookies import SimpleCookie
@@ -14,7 +12,7 @@ from urllib.parse import parse_qs
 import uvicorn
 from fastapi import FastAPI
 
-from agentrl.runtime.hosts import is_loopback
+from agentrl.runtime.doors import is_loopback, same_secret, secret_digest, send_unauthorized
 
 __all__ = [
     "TOKEN_ENV",
@@ -75,10 +73,6 @@ def check_host(host: str, token: str | None) -> None:
         )
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
-
-
 class TokenGate:
     """ASGI middleware: every request needs the token, else 401.
 
@@ -91,7 +85,7 @@ class TokenGate:
         if not token:
             raise ValueError("TokenGate needs a non-empty token")
         self.app = app
-        self._digest = _digest(token)
+        self._digest = secret_digest(token)
 
     def _given(self, scope: dict[str, Any]) -> tuple[str, bool]:
         """(token offered, whether it came in the query)."""
@@ -115,19 +109,9 @@ class TokenGate:
             await self.app(scope, receive, send)
             return
         token, from_query = self._given(scope)
-        if not hmac.compare_digest(_digest(token), self._digest):
+        if not same_secret(token, self._digest):
             body = b"401: this inspector needs its token (open the page once with ?token=...)"
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_unauthorized(send, body, b"text/plain; charset=utf-8")
             return
         if not from_query:
             await self.app(scope, receive, send)
