@@ -47,6 +47,7 @@ BENCHMARKS = [
     "benchmarks.reward_model",
     "benchmarks.gateway",
     "benchmarks.make_train",
+    "benchmarks.vs_trl",
 ]
 
 # Arguments of the full run (``make bench``).
@@ -75,6 +76,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.reward_model": ["--n", "16", "--length", "64", "--batch", "8", "--rounds", "1"],
     "benchmarks.gateway": ["--episodes", "32", "--concurrency", "32", "--turns", "2"],
     "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
+    "benchmarks.vs_trl": ["--quick"],
 }
 
 
