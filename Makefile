@@ -35,7 +35,7 @@ $(RUN_STAMP):
 	touch $@
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/pip install -q -e '.[dev,cpu,ray,models,hf,agents,skyrl,swe-agents,trl]'
+	$(BIN)/pip install -q -e '.[dev,cpu,ray,models,hf,agents,skyrl,swe-agents,trl,lora]'
 	# verifiers pins openai<3 against the agents extra's openai>=3: it goes in an overlay
 	# directory the tests put on PYTHONPATH (the script says why that is safe).
 	bash scripts/install-overlay-verifiers.sh $(VENV)

@@ -18,7 +18,9 @@ child ignores SIGINT (the run's Ctrl-C goes to the parent, which closes it) and 
 its own within a quarter of a second when its parent is gone, however the parent died;
 the parent's watchdog removes the weight directory then. A child that dies (e.g. killed
 for memory) fails the call in flight with :class:`TrainerProcessError`, which names how
-it ended.
+it ended. The child runs with jemalloc preloaded when one is found (Ray's, or the
+system's; :func:`~agentrl.trainer.engine.sysmem.find_jemalloc`): glibc's allocator lets
+its resident size creep up step after step. A trainer on a thread cannot be preloaded.
 
 Example (builds a real trainer in a child process; slow, so not run as a doctest)::
 
@@ -53,6 +55,7 @@ from typing import Any
 from agentrl.inference.weight_sync import new_weights_dir, remove_weights_dir
 from agentrl.orchestration.startup import ComponentError
 from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.engine.sysmem import find_jemalloc
 from agentrl.types import Trajectory
 
 __all__ = ["ProcessTrainer", "TrainerProcessError", "for_trainer"]
@@ -216,6 +219,15 @@ class ProcessTrainer:
         remove_weights_dir(self.weights_dir)
 
 
+def _child_env() -> dict[str, str]:
+    """Our environment, with jemalloc added to ``LD_PRELOAD`` when one is found."""
+    env = dict(os.environ)
+    lib = find_jemalloc()
+    if lib is not None and lib not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = " ".join(x for x in (lib, env.get("LD_PRELOAD", "")) if x)
+    return env
+
+
 def _spawn(shm_dir: str | None) -> tuple[subprocess.Popen[bytes], Connection, Path]:
     """Makes the weight directory (watched) and starts the child with one end of a socket
     pair; returns the child, our end and the directory."""
@@ -226,6 +238,7 @@ def _spawn(shm_dir: str | None) -> tuple[subprocess.Popen[bytes], Connection, Pa
             [sys.executable, "-m", "agentrl.orchestration.trainer_process",
              "--fd", str(theirs.fileno()), "--parent", str(os.getpid())],
             pass_fds=[theirs.fileno()],
+            env=_child_env(),
         )  # fmt: skip
     except BaseException:
         ours.close()

@@ -19,6 +19,7 @@ __all__ = [
     "CriticConfig",
     "DPOConfig",
     "KLConfig",
+    "LoraConfig",
     "OptimConfig",
     "PolicyLossConfig",
     "RolloutCorrectionConfig",
@@ -403,6 +404,45 @@ class ActorConfig(_Section):
     trust_remote_code: bool = Field(default=False, description="Passed to from_pretrained.")
 
 
+class LoraConfig(_Section):
+    """A LoRA adapter (Hu et al. 2021) trained over the frozen policy (needs ``agentrl[lora]``).
+
+    Only the adapter (and a value head, if any) is trained; the reference policy for KL
+    is the same model with the adapter switched off. The servers receive the merged
+    weights W + (alpha/rank)·BA under the base model's names, as with full fine-tuning.
+
+    Example (YAML): ``trainer: {lora: {rank: 16, alpha: 32}}``
+    """
+
+    rank: _PositiveInt = Field(default=16, description="r: rank of the update BA.")
+    alpha: float = Field(
+        default=32.0, gt=0.0, description="α: the update is scaled by alpha / rank."
+    )
+    dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="Dropout on the adapter's input (training)."
+    )
+    target_modules: Literal["all-linear"] | list[str] = Field(
+        default="all-linear",
+        description="Linear layers of the decoder that get an adapter: all-linear (every "
+        "one: attention and MLP projections; never the lm_head) or names such as "
+        "[q_proj, v_proj] (a name the model lacks is an error that lists the ones it has).",
+    )
+    init: Literal["default", "gaussian", "pissa"] = Field(
+        default="default",
+        description="Adapter initialization (peft's init_lora_weights): default: A Kaiming-"
+        "uniform, B = 0 (the start equals the base); gaussian: A normal with std 1/r, B = 0; "
+        "pissa: A, B from the top singular vectors of W (the base keeps "
+        "the rest; slower start-up).",
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _nonempty(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list) and not v:
+            raise ValueError("lora.target_modules is empty: list module names or 'all-linear'")
+        return v
+
+
 class DPOConfig(_Section):
     """Direct preference optimization (used when ``loss.name='dpo'``).
 
@@ -471,6 +511,11 @@ class TrainerConfig(_Section):
         default_factory=CheckpointConfig, description="Checkpoints."
     )
     dpo: DPOConfig = Field(default_factory=DPOConfig, description="DPO settings (loss.name='dpo').")
+    lora: LoraConfig | None = Field(
+        default=None,
+        description="Train a LoRA adapter over the frozen policy instead of every weight "
+        "(None: full fine-tuning).",
+    )
     cpus: list[int] = Field(
         default_factory=list,
         description="CPU ids the trainer computes on, with one torch thread per CPU; without "

@@ -31,7 +31,8 @@ class Networks:
 
     Attributes:
         policy: The policy (with a value head when the critic is "value_head").
-        ref: The frozen reference policy for KL, or None without KL.
+        ref: The frozen reference policy for KL, or None without KL (with LoRA: the
+            policy with its adapter switched off, no parameters of its own).
         critic: A separate critic, or None.
         source_dir: The policy's source directory (tokenizer files for exports), if any.
         packing: Whether micro-batches pack several episodes into one row.
@@ -39,11 +40,13 @@ class Networks:
     """
 
     policy: PolicyModule
-    ref: PolicyModule | None
+    ref: nn.Module | None
     critic: PolicyModule | None
     source_dir: Path | None
     packing: bool
     share_prefix: bool
+    lora: Any = None
+    """The ``peft.PeftModel`` around the policy's LM (``trainer.lora``), else None."""
 
 
 @dataclass
@@ -125,6 +128,11 @@ def build_networks(
         gradient_checkpointing: Recompute activations in the backward pass.
         logprob_chunk: Tokens per chunk of the log-prob computation.
     """
+    a = config.actor
+    sharded = world > 1 or (a.fsdp == "always" and dist.is_initialized())
+    lora = config.lora
+    if lora is not None:
+        _check_lora(config, sharded)
     lm, source_dir = load_causal_lm(model, config.actor, device)
     attn = getattr(cast(Any, lm).config, "_attn_implementation", None)
     # Packing only pays with varlen attention; dense (sdpa/eager) attention over a packed
@@ -136,7 +144,7 @@ def build_networks(
     if config.needs_ref:  # KL, or DPO's reference
         if config.kl.ref_model_path:
             ref_lm, _ = load_causal_lm(config.kl.ref_model_path, config.actor, device)
-        else:
+        elif lora is None:
             ref_lm = copy.deepcopy(lm)
     critic_lm = None
     if config.uses_critic and config.critic.kind == "separate":
@@ -150,8 +158,12 @@ def build_networks(
                 cast(Any, m).gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
+    peft_model = None
+    if lora is not None:
+        from agentrl.trainer.engine.lora import apply_lora
 
-    a = config.actor
+        peft_model = apply_lora(lm, lora)  # in place; freezes all but the adapter
+
     policy = PolicyModule(
         lm,
         value_head=config.uses_critic and config.critic.kind == "value_head",
@@ -159,10 +171,14 @@ def build_networks(
         temperature=a.temperature,
         entropy_grad=config.loss.entropy_coef != 0,  # else the entropy is only logged
     ).to(device)
-    ref = None
+    ref: nn.Module | None = None
     if ref_lm is not None:
         ref = PolicyModule(ref_lm, value_head=False, chunk=logprob_chunk, temperature=a.temperature)
         ref.to(device).eval().requires_grad_(False)
+    elif config.needs_ref and peft_model is not None:
+        from agentrl.trainer.engine.lora import AdapterDisabled
+
+        ref = AdapterDisabled(policy, peft_model)
     critic = None
     if critic_lm is not None:
         critic = PolicyModule(
@@ -172,7 +188,6 @@ def build_networks(
             temperature=a.temperature,
             need_logp=False,
         ).to(device)
-    sharded = world > 1 or (a.fsdp == "always" and dist.is_initialized())
     if sharded:
         from agentrl.trainer.engine.sharding import shard_module
 
@@ -182,7 +197,24 @@ def build_networks(
     share = _share_prefix(
         config, lm, packing=packing, checkpointing=gradient_checkpointing, sharded=sharded
     )
-    return Networks(policy, ref, critic, source_dir, packing, share)
+    return Networks(policy, ref, critic, source_dir, packing, share, peft_model)
+
+
+def _check_lora(config: TrainerConfig, sharded: bool) -> None:
+    """Refuses ``trainer.lora`` with what it does not support yet (the setting named)."""
+    if sharded:
+        raise TrainerSetupError(
+            "trainer.lora is not supported with FSDP2-sharded trainer workers (more than one "
+            "trainer worker, or trainer.actor.fsdp=always): run one trainer worker, or unset "
+            "trainer.lora"
+        )
+    pissa = config.lora is not None and config.lora.init == "pissa"
+    if pissa and config.needs_ref and not config.kl.ref_model_path:
+        raise TrainerSetupError(
+            "trainer.lora.init=pissa changes the base weights, so the reference (the model "
+            "with its adapter off) would not be the starting policy: set "
+            "trainer.kl.ref_model_path, or use trainer.lora.init=default"
+        )
 
 
 def build_optimizers(
@@ -190,8 +222,10 @@ def build_optimizers(
 ) -> Optimizers:
     """AdamW (``config.optim``) and its schedule for the policy and the separate critic."""
     o = config.optim
+    # Only what is trainable: with LoRA the adapter (and a value head), not the frozen base.
+    trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        policy.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        trainable, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
     critic_optimizer = None

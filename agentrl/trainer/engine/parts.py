@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -35,12 +35,14 @@ class TrainerParts(Protocol):
     device: torch.device
     source_dir: Path | None
     policy: PolicyModule
-    ref: PolicyModule | None
+    ref: nn.Module | None
     critic: PolicyModule | None
     optimizer: torch.optim.AdamW
     scheduler: torch.optim.lr_scheduler.LambdaLR
     critic_optimizer: torch.optim.AdamW | None
     critic_scheduler: torch.optim.lr_scheduler.LambdaLR | None
+    lora: Any
+    """The ``peft.PeftModel`` around the policy's LM (``trainer.lora``), else None."""
     kl_ctl: FixedKLController | AdaptiveKLController
     global_step: int
     optimizer_steps: int

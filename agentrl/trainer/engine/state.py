@@ -29,7 +29,14 @@ from agentrl.trainer.engine.checkpoint import (
 from agentrl.trainer.engine.metrics import dist_active
 from agentrl.trainer.engine.parts import TrainerParts
 
-__all__ = ["load_checkpoint", "save_checkpoint", "save_hf", "state_dict_for_inference"]
+__all__ = [
+    "adapter_state_for_inference",
+    "load_checkpoint",
+    "save_adapter",
+    "save_checkpoint",
+    "save_hf",
+    "state_dict_for_inference",
+]
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD = StateDictOptions(full_state_dict=True)
@@ -50,12 +57,62 @@ def state_dict_for_inference(trainer: TrainerParts) -> dict[str, torch.Tensor]:
     """Full (unsharded) policy weights on CPU with HF parameter names, for weight sync.
 
     Collective under data parallelism (every worker must call); workers other than 0
-    get an empty dict. A tied lm_head is omitted (loaders re-tie it).
+    get an empty dict. A tied lm_head is omitted (loaders re-tie it). With LoRA: the merged
+    weights W + s·BA under the base model's names (no ``lora_`` entries).
     """
     sd = _full_state(trainer.policy)
     if trainer.rank != 0:
         return {}
-    return {k[len("lm.") :]: v for k, v in sd.items() if k.startswith("lm.")}
+    out = {k[len("lm.") :]: v for k, v in sd.items() if k.startswith("lm.")}
+    if trainer.lora is not None:
+        from agentrl.trainer.engine.lora import merged_state
+
+        out = merged_state(trainer.policy.lm, out)
+    return out
+
+
+def _need_lora(trainer: TrainerParts) -> Any:
+    if trainer.lora is None:
+        raise ValueError("this trainer has no adapter: set trainer.lora to train one")
+    return trainer.lora
+
+
+def adapter_state_for_inference(trainer: TrainerParts) -> dict[str, torch.Tensor]:
+    """The LoRA adapter alone on CPU, with peft's names (what ``save_adapter`` writes).
+
+    Raises:
+        ValueError: The trainer has no adapter (``trainer.lora`` unset).
+    """
+    from agentrl.trainer.engine.lora import adapter_state
+
+    return adapter_state(_need_lora(trainer))
+
+
+def save_adapter(trainer: TrainerParts, out_dir: str | Path) -> Path:
+    """Writes the adapter as peft saves it (``adapter_config.json``,
+    ``adapter_model.safetensors``), loadable with ``peft.PeftModel.from_pretrained``.
+
+    Raises:
+        ValueError: The trainer has no adapter (``trainer.lora`` unset).
+    """
+    from agentrl.trainer.engine.lora import save_adapter as _save
+
+    model = _need_lora(trainer)
+    out = Path(out_dir)
+    if trainer.rank == 0:
+        _save(model, out)
+    _barrier()
+    return out
+
+
+def _checkpoint_state(trainer: TrainerParts, name: str, module: nn.Module) -> dict[str, Any]:
+    """What a checkpoint keeps of a module: all of it, or with LoRA the policy's trainable
+    parameters only (the adapter, a value head; the frozen base comes from the model)."""
+    sd = _full_state(module)
+    if name != "policy" or trainer.lora is None:
+        return sd
+    keep = {n for n, p in module.named_parameters() if p.requires_grad}
+    return {k: v for k, v in sd.items() if k in keep}
 
 
 def save_hf(trainer: TrainerParts, out_dir: str | Path) -> Path:
@@ -98,9 +155,9 @@ def save_checkpoint(
     if trainer.critic is not None and trainer.critic_optimizer is not None:
         mods["critic"] = trainer.critic
         opts["critic"] = (trainer.critic, trainer.critic_optimizer)
-    if trainer.ref is not None:
+    if trainer.ref is not None and trainer.lora is None:  # LoRA: the ref is the base
         mods["ref"] = trainer.ref
-    models = {k: _full_state(m) for k, m in mods.items()}
+    models = {k: _checkpoint_state(trainer, k, m) for k, m in mods.items()}
     optims = {
         k: get_optimizer_state_dict(m, o, options=_FULL) if dist_active() else o.state_dict()
         for k, (m, o) in opts.items()
@@ -169,6 +226,28 @@ def _load(f: Path, *, weights_only: bool) -> Any:
         raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e})") from e
 
 
+def _load_trainable(module: nn.Module, sd: dict[str, torch.Tensor], ckpt: Path) -> None:
+    """Loads a LoRA checkpoint's trainable parameters; every one must be there."""
+    want = {n for n, p in module.named_parameters() if p.requires_grad}
+    lost = sorted(want - set(sd))
+    extra = sorted(set(sd) - want)
+    if lost or extra:
+        what = f"lacks {lost[:3]}" if lost else f"has parameters this model lacks: {extra[:3]}"
+        raise CheckpointError(
+            f"{ckpt}: the adapter {what}; resume with the trainer.lora settings "
+            "(rank, target_modules) and critic of the run that saved it"
+        )
+    params = dict(module.named_parameters())
+    for k, v in sd.items():
+        if v.shape != params[k].shape:  # another rank
+            raise CheckpointError(
+                f"{ckpt}: the adapter does not fit this model ({k} is {tuple(v.shape)} there, "
+                f"{tuple(params[k].shape)} here); resume with the trainer.lora.rank of the "
+                "run that saved it"
+            )
+    module.load_state_dict(sd, strict=False)
+
+
 def load_checkpoint(
     trainer: TrainerParts, path: str | Path, say: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -183,6 +262,10 @@ def load_checkpoint(
     """
     ckpt = select_checkpoint(path, say, skip=_loads)
     state = _read_state(ckpt)
+    saved_lora = (state.get("config") or {}).get("lora")
+    if (saved_lora is None) != (trainer.lora is None):
+        had = "a LoRA adapter" if saved_lora is not None else "full weights (no trainer.lora)"
+        raise CheckpointError(f"{ckpt} holds {had}; set trainer.lora as the run that saved it did")
     pairs: dict[str, tuple[nn.Module, torch.optim.Optimizer | None]] = {
         "policy": (trainer.policy, trainer.optimizer)
     }
@@ -194,6 +277,8 @@ def load_checkpoint(
         sd = _load(ckpt / f"model_{k}.pt", weights_only=True)
         if dist_active():
             set_model_state_dict(module, sd, options=_LOAD)
+        elif k == "policy" and trainer.lora is not None:
+            _load_trainable(module, sd, ckpt)
         else:
             module.load_state_dict(sd)
         if opt is not None:

@@ -3,7 +3,9 @@
 Available memory = the cgroup limit minus its usage (v2 ``memory.max``, v1
 ``memory.limit_in_bytes``) or ``MemAvailable``, whichever is smaller; on GPU the free
 device memory. Peak memory of a span: the process's RSS high-water mark (VmHWM, reset
-through /proc/self/clear_refs) on CPU, ``torch.cuda.max_memory_allocated`` on GPU.
+through /proc/self/clear_refs) on CPU, ``torch.cuda.max_memory_allocated`` on GPU; the
+memory held between spans: RSS (VmRSS) / ``torch.cuda.memory_allocated`` when one starts.
+An allocator that does not fragment: :func:`find_jemalloc`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CGROUP_FILES", "MEMINFO", "PeakMemory", "available_bytes", "return_freed_memory"]
+__all__ = [
+    "CGROUP_FILES",
+    "MEMINFO",
+    "PeakMemory",
+    "available_bytes",
+    "find_jemalloc",
+    "return_freed_memory",
+]
 
 GB = 1e9
 
@@ -85,16 +94,67 @@ def return_freed_memory(threshold: int = 1 << 20) -> bool:
         return False
 
 
+JEMALLOC_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+)
+
+
+def find_jemalloc() -> str | None:
+    """Path of a ``libjemalloc.so*`` to preload, or None: Ray's copy (``ray/core``) first,
+    then the system's. Nothing is imported (Ray is found by its package spec).
+
+    glibc's allocator fragments over training steps (measured on SmolLM2-135M: peak RSS
+    9.3 GiB after a few steps, 5.0 GiB with jemalloc); ``AGENTRL_JEMALLOC=0`` turns the
+    preload off, ``AGENTRL_JEMALLOC=PATH`` names the library.
+    """
+    import importlib.util
+
+    env = os.environ.get("AGENTRL_JEMALLOC")
+    if env is not None:
+        return None if env in ("", "0") else env
+    dirs: list[Path] = []
+    try:
+        spec = importlib.util.find_spec("ray")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        dirs += [Path(p) / "core" for p in spec.submodule_search_locations]
+    dirs += [Path(d) for d in JEMALLOC_DIRS]
+    for d in dirs:
+        found = sorted(d.glob("libjemalloc.so*")) if d.is_dir() else []
+        if found:
+            return str(found[0])
+    return None
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class PeakMemory:
-    """Peak memory of a span: RSS high-water mark on CPU, ``max_memory_allocated`` on GPU."""
+    """Peak memory of a span (RSS high-water mark on CPU, ``max_memory_allocated`` on GPU)
+    and the memory held when it started (RSS / ``memory_allocated``: between steps)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.start_bytes: int | None = None
 
     def reset(self) -> None:
         if self.device.type == "cuda":
+            self.start_bytes = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             return
+        self.start_bytes = _rss_bytes()
         try:  # writing 5 resets VmHWM to the current RSS (Linux >= 4.0)
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -102,6 +162,13 @@ class PeakMemory:
             pass
 
     def metrics(self) -> dict[str, float]:
+        out = self._peak()
+        if self.start_bytes is not None:
+            kind = "gpu" if self.device.type == "cuda" else "rss"
+            out[f"perf/{kind}_between_steps_gb"] = self.start_bytes / GB
+        return out
+
+    def _peak(self) -> dict[str, float]:
         if self.device.type == "cuda":
             return {"perf/peak_gpu_gb": torch.cuda.max_memory_allocated(self.device) / GB}
         try:

@@ -6,6 +6,7 @@ It imports nothing from rollout, inference or orchestration: a list of
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -54,6 +55,8 @@ from agentrl.trainer.engine.update import UpdateInputs, old_logp_in_update, run_
 from agentrl.types import Trajectory
 
 __all__ = ["OBJECTIVES", "NonFiniteError", "Objective", "Trainer", "register_objective"]
+
+_log = logging.getLogger(__name__)
 
 
 class Objective(Protocol):
@@ -144,6 +147,15 @@ class Trainer:
         self.policy, self.ref, self.critic = nets.policy, nets.ref, nets.critic
         self.source_dir, self.packing = nets.source_dir, nets.packing
         self.share_prefix = nets.share_prefix
+        self.lora = nets.lora
+        """The ``peft.PeftModel`` around the policy's LM (``trainer.lora``), else None."""
+        self.trainable_params = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
+        if self.lora is not None and self.rank == 0:
+            total = sum(p.numel() for p in self.policy.parameters())
+            _log.info(
+                "LoRA: training %d of %d policy parameters (%.2f%%)",
+                self.trainable_params, total, 100 * self.trainable_params / max(total, 1),
+            )  # fmt: skip
         self.shared_prefix_tokens = 0
         """Token positions the current step's forwards did not run (``share_prefix``)."""
         opts = build_optimizers(config, self.policy, self.critic)
@@ -185,8 +197,18 @@ class Trainer:
         return _state.state_dict_for_inference(self)
 
     def save_hf(self, out_dir: str | Path) -> Path:
-        """Writes a plain HF model directory (config, safetensors, tokenizer files)."""
+        """Writes a plain HF model directory (config, safetensors, tokenizer files); with
+        LoRA the merged model."""
         return _state.save_hf(self, out_dir)
+
+    def adapter_state_for_inference(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapter alone on CPU, with peft's names (``trainer.lora`` only)."""
+        return _state.adapter_state_for_inference(self)
+
+    def save_adapter(self, out_dir: str | Path) -> Path:
+        """Writes the LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``),
+        loadable with ``peft.PeftModel.from_pretrained(base, out_dir)``."""
+        return _state.save_adapter(self, out_dir)
 
     # ----------------------------------------------------------------------------- planning
 
@@ -427,6 +449,8 @@ class Trainer:
                 metrics["perf/mfu"] = util / self.world
         metrics["perf/shared_prefix_tokens"] = float(self.shared_prefix_tokens)
         metrics["memory/token_budget"] = float(self.token_budget)
+        if self.lora is not None:
+            metrics["lora/trainable_params"] = float(self.trainable_params)
         metrics["memory/estimated_peak_gb"] = self.memory_plan.estimate.total / 1e9
         metrics["step"] = float(self.global_step)
         return metrics

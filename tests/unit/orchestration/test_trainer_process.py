@@ -26,11 +26,13 @@ from safetensors.torch import load_file
 from agentrl.orchestration.trainer_process import (
     ProcessTrainer,
     TrainerProcessError,
+    _child_env,
     for_trainer,
 )
 from agentrl.runtime.cpus import pinned
 from agentrl.trainer import Trainer, TrainerConfig
 from agentrl.trainer.engine.checkpoint import CheckpointError
+from agentrl.trainer.engine.sysmem import find_jemalloc
 from tests.helpers.trainer import random_batch, tiny_model_dir
 from tests.leak_check import alive
 
@@ -240,3 +242,18 @@ def test_the_child_computes_on_trainer_cpus_though_the_loop_is_pinned_elsewhere(
         assert os.sched_getaffinity(t.pid) == {1}
     finally:
         t.close()
+
+
+def test_the_child_runs_on_jemalloc(proc: ProcessTrainer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """glibc's allocator lets the trainer's RSS creep up step after step; the child gets
+    jemalloc preloaded (Ray ships one; `make test` installs Ray)."""
+    lib = find_jemalloc()
+    assert lib is not None and "libjemalloc.so" in lib
+    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    assert os.path.realpath(lib) in maps
+    monkeypatch.setenv("AGENTRL_JEMALLOC", "0")
+    monkeypatch.setenv("LD_PRELOAD", "")
+    assert not _child_env()["LD_PRELOAD"]
+    monkeypatch.setenv("AGENTRL_JEMALLOC", "/opt/libjemalloc.so.2")
+    monkeypatch.setenv("LD_PRELOAD", "libother.so")
+    assert _child_env()["LD_PRELOAD"] == "/opt/libjemalloc.so.2 libother.so"
