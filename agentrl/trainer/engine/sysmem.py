@@ -130,11 +130,12 @@ def find_jemalloc() -> str | None:
     return None
 
 
-def _rss_bytes() -> int | None:
+def _status_bytes(field: str) -> int | None:
+    """A kB field of /proc/self/status (``VmRSS``, ``VmHWM``) in bytes; None if unreadable."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -154,7 +155,7 @@ class PeakMemory:
             self.start_bytes = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             return
-        self.start_bytes = _rss_bytes()
+        self.start_bytes = _status_bytes("VmRSS")
         try:  # writing 5 resets VmHWM to the current RSS (Linux >= 4.0)
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -171,13 +172,9 @@ class PeakMemory:
     def _peak(self) -> dict[str, float]:
         if self.device.type == "cuda":
             return {"perf/peak_gpu_gb": torch.cuda.max_memory_allocated(self.device) / GB}
-        try:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return {"perf/peak_rss_gb": int(line.split()[1]) * 1024 / GB}
-        except OSError:
-            pass
+        hwm = _status_bytes("VmHWM")
+        if hwm is not None:
+            return {"perf/peak_rss_gb": hwm / GB}
         import resource
 
         return {"perf/peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB}
