@@ -58,7 +58,7 @@ from agentrl.gateway.wire import (
     unknown_route,
 )
 from agentrl.inference.protocol import LLMClient
-from agentrl.runtime.doors import same_secret, secret_digest
+from agentrl.runtime.doors import secret_digest
 from agentrl.types import Message, StopReason
 
 __all__ = ["Answer", "Gateway", "redact_token", "sse_bytes"]
@@ -172,8 +172,9 @@ class Gateway:
         """A new session for one episode; its URL token is ``session.token``.
 
         The token (256 random bits from :mod:`secrets`) is the only secret of the
-        episode's traffic: sessions are found by its SHA-256 digest, compared in
-        constant time, and the gateway never logs or echoes it.
+        episode's traffic: sessions are kept and found by its SHA-256 digest (a lookup's
+        timing tells about the digest of the token offered, never about a live token),
+        and the gateway never logs or echoes it.
         """
         session = Session(episode_id, self.llm, self.templates, self.limits)
         session.token = secrets.token_urlsafe(32)
@@ -194,9 +195,10 @@ class Gateway:
         return f"http://{self.host}:{self.port}/sessions/{session.token}"
 
     def _session(self, token: str) -> Session:
-        digest = secret_digest(token)
-        s = self.sessions.get(digest)
-        if s is None or not same_secret(s.token, digest):
+        # Found by the digest of the token offered: a timing difference of the lookup tells
+        # about the digest only, never about a live session's token.
+        s = self.sessions.get(secret_digest(token))
+        if s is None:
             raise ApiError(
                 404,
                 "unknown session: its episode ended or never started (use the base_url "
