@@ -46,6 +46,8 @@ BENCHMARKS = [
     "benchmarks.inference_weight_sync",
     "benchmarks.reward_model",
     "benchmarks.gateway",
+    "benchmarks.scale_gateway",
+    "benchmarks.scale_episodes",
     "benchmarks.make_train",
     "benchmarks.vs_trl",
 ]
@@ -75,6 +77,8 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.inference_weight_sync": ["--syncs", "1"],
     "benchmarks.reward_model": ["--n", "16", "--length", "64", "--batch", "8", "--rounds", "1"],
     "benchmarks.gateway": ["--episodes", "32", "--concurrency", "32", "--turns", "2"],
+    "benchmarks.scale_gateway": ["--quick"],
+    "benchmarks.scale_episodes": ["--quick"],
     "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
     "benchmarks.vs_trl": ["--quick"],
 }
