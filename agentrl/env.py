@@ -85,6 +85,11 @@ class Env:
             ``trainer.advantage.supervision: auto``, grpo then credits each turn by its
             own reward. False (the default): any earlier reward only adds to the episode's
             total, and every turn is credited by that total (outcome supervision).
+        roles: Names of the parts the model plays in turn (e.g. ``("solver", "checker")``);
+            :meth:`role` says which one takes the next turn. Each turn's role is recorded
+            (``TurnSpan.role``); with ``trainer.lora.per_role`` each role is its own LoRA
+            policy over one base, and each turn's request asks for its role's adapter.
+            Empty (the default): one part.
 
     An env that calls tools exposes them through :meth:`tools`; the AgentLoop runs
     the model's tool calls with them and passes the results in ``Action.tool_results``
@@ -100,6 +105,7 @@ class Env:
     preset: ClassVar[str | None] = None
     stages: ClassVar[Sequence[Any]] = ()
     process_rewards: ClassVar[bool] = False
+    roles: ClassVar[tuple[str, ...]] = ()
 
     def reset(
         self, task: Mapping[str, Any], *, seed: int | None = None
@@ -118,6 +124,24 @@ class Env:
     def step(self, action: Action) -> StepResult | Awaitable[StepResult]:
         """Takes the model's turn and returns reward, termination and new messages."""
         raise NotImplementedError
+
+    def role(self) -> str:
+        """The role (one of :attr:`roles`) that takes the next model turn; asked before each.
+
+        Plain ``def``, quick (no I/O): it reads the env's own state, e.g. whose turn
+        :meth:`step` made it. Default: the first role ("" without roles). A name not in
+        :attr:`roles` ends the episode as an env error.
+
+        Example:
+            >>> class Duo(Env):
+            ...     roles = ("solver", "checker")
+            ...     turn = 0
+            ...     def role(self):
+            ...         return self.roles[self.turn % 2]
+            >>> Duo().role()
+            'solver'
+        """
+        return self.roles[0] if self.roles else ""
 
     def tools(self) -> Sequence[Any]:
         """Tools the model may call in this episode (``agentrl.tools.Tool`` objects)."""

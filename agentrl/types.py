@@ -231,12 +231,16 @@ class TurnSpan:
         kind: "prompt", "model" (sampled by the policy) or "observation"
             (tool / env messages and the template tokens around them).
         reward: For a model span, the env's reward for that turn.
+        role: For a model span, the env's role that took the turn (``Env.role``;
+            "" for an env without ``roles``): which adapter sampled it and is trained
+            on it under ``trainer.lora.per_role``.
     """
 
     start: int
     end: int
     kind: str
     reward: float = 0.0
+    role: str = ""
 
 
 @dataclass

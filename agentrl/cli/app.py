@@ -26,9 +26,11 @@ console = Console(soft_wrap=not sys.stdout.isatty())  # piped: full lines, never
 
 
 def _add_model_app() -> None:
+    from agentrl.cli.export import export_cmd
     from agentrl.cli.model import model_app
 
     app.add_typer(model_app, name="model")
+    app.command("export")(export_cmd)
 
 
 _add_model_app()

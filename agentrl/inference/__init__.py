@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         make_client,
     )
     from agentrl.inference.fleet import Fleet
+    from agentrl.inference.lora_sync import AdapterRefused, AdapterSync
     from agentrl.inference.router import Router, ServerState
     from agentrl.inference.server import (
         ServerConfig,
@@ -36,6 +37,8 @@ _LAZY = {
     "ServerUnavailable": "client",
     "make_client": "client",
     "Fleet": "fleet",
+    "AdapterRefused": "lora_sync",
+    "AdapterSync": "lora_sync",
     "Router": "router",
     "ServerState": "router",
     "ServerConfig": "server",
@@ -57,6 +60,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AdapterRefused",
+    "AdapterSync",
     "BadRequest",
     "CompletionsClient",
     "Fleet",

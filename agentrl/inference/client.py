@@ -162,8 +162,14 @@ class CompletionsClient(AsyncClosing):
         params: SamplingParams,
         *,
         session_id: str | None = None,
+        model: str | None = None,
+        version: int | None = None,
     ) -> Generation:
         """Generates a continuation of ``prompt_ids`` (see :class:`~agentrl.LLMClient`).
+
+        ``model``: send this model name instead of the client's (a LoRA adapter's);
+        ``version``: label every token with it (the adapter's version) instead of the
+        server's weight version.
 
         Raises:
             BadRequest: The server rejected the request (e.g. prompt too long).
@@ -172,9 +178,15 @@ class CompletionsClient(AsyncClosing):
         if not prompt_ids:
             raise BadRequest("empty prompt: generate() needs at least one prompt token id")
         payload = self.payload(list(prompt_ids), params)
+        if model is not None:
+            payload["model"] = model
         v0 = self._version()
         body = await self.post_json(self.path, payload)
-        return self.parse(body, v0, self._version())
+        if version is None:
+            return self.parse(body, v0, self._version())
+        gen = self.parse(body, version, version)
+        gen.weight_versions[:] = [version] * len(gen.token_ids)  # not the server's spans
+        return gen
 
     def payload(self, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
         """The JSON body for one request."""

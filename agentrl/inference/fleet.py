@@ -7,7 +7,9 @@ over them, runs periodic health checks and owns a
 answering is taken out of rotation (its in-flight episodes are re-sent elsewhere
 by the router), restarted on its port, loaded with the current weights and put
 back. Attached servers (``Fleet.attach(urls)``) are health-checked and put back
-when they answer again, but not restarted.
+when they answer again, but not restarted. With ``lora_adapters=True`` the fleet
+serves LoRA adapters instead (:class:`~agentrl.inference.lora_sync.AdapterSync`: a push
+hot-loads a new adapter version; a restarted server loads the current one).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import httpx
 
 from agentrl.inference.auth import new_key
+from agentrl.inference.lora_sync import AdapterSync
 from agentrl.inference.protocol import Generation, SamplingParams
 from agentrl.inference.router import Router
 from agentrl.inference.server import ServerConfig, VLLMServer
@@ -45,6 +48,8 @@ class Fleet(AsyncClosing):
         sync_mode: Default pause mode of weight syncs.
         sync_recover_timeout_s: How long a weight sync that no server took waits for a
             server to recover (restarted, or answering again) and load the weights.
+        lora_adapters: Serve LoRA adapters (pushes are adapters, hot-loaded as new
+            versions; servers need ``--enable-lora``) instead of full weights.
     """
 
     def __init__(
@@ -57,14 +62,17 @@ class Fleet(AsyncClosing):
         unhealthy_after: int = 2,
         sync_mode: PauseMode = "keep",
         sync_recover_timeout_s: float = 900.0,
+        lora_adapters: bool = False,
     ) -> None:
         self.router = router
         self.servers = list(servers)
         self.health_interval_s = health_interval_s
         self.health_timeout_s = health_timeout_s
         self.unhealthy_after = unhealthy_after
-        self.weight_sync = WeightSync(
-            router, mode=sync_mode, recover_timeout_s=sync_recover_timeout_s
+        self.weight_sync: WeightSync | AdapterSync = (
+            AdapterSync(router, recover_timeout_s=sync_recover_timeout_s)
+            if lora_adapters
+            else WeightSync(router, mode=sync_mode, recover_timeout_s=sync_recover_timeout_s)
         )
         self.restarts = 0
         self._fails = [0] * len(self.servers)
@@ -134,15 +142,23 @@ class Fleet(AsyncClosing):
         return self.weight_sync.version
 
     async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, session_id: str | None = None
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        session_id: str | None = None,
+        adapter_role: str | None = None,
     ) -> Generation:
         """Same as ``fleet.router.generate`` (a Fleet is an LLMClient too)."""
-        return await self.router.generate(prompt_ids, params, session_id=session_id)
+        return await self.router.generate(
+            prompt_ids, params, session_id=session_id, adapter_role=adapter_role
+        )
 
     async def sync_weights(
         self, weights: Any, *, mode: PauseMode | None = None, version: int | None = None
     ) -> SyncReport:
-        """Pushes ``weights`` to every server; see :meth:`WeightSync.push`."""
+        """Pushes ``weights`` to every server; see :meth:`WeightSync.push` (with LoRA
+        serving, :meth:`AdapterSync.push`: ``{role: adapter}`` or one adapter)."""
         return await self.weight_sync.push(weights, mode=mode, version=version)
 
     def start_health_checks(self) -> None:

@@ -10,6 +10,11 @@ episode moves (counted in ``moves``). With ``group_of``, the episodes of one gro
 A request that fails because its server is unreachable or died mid-request is
 re-sent to another server with the same full token history (counted in
 ``failovers``); with no healthy server it waits for one to come back.
+
+With LoRA serving (``adapters`` set, by :class:`~agentrl.inference.lora_sync.AdapterSync`)
+a request is sent to the current adapter of its role (``adapter_role``, default
+``policy``) on its server, as the request's ``model``, and every token it returns is
+labelled with that adapter's version.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from agentrl.inference.adapters import DEFAULT_ROLE, AdapterTable
 from agentrl.inference.auth import auth_headers
 from agentrl.inference.client import CompletionsClient, ServerUnavailable, make_client
 from agentrl.inference.protocol import Generation, LLMError, SamplingParams
@@ -122,6 +128,8 @@ class Router(AsyncClosing):
         self._sessions: OrderedDict[str, ServerState] = OrderedDict()
         self._groups: OrderedDict[str, ServerState] = OrderedDict()
         self._changed = asyncio.Event()
+        self.adapters: AdapterTable | None = None
+        """LoRA serving: the adapter each server serves per role (None: full weights)."""
 
     def add_server(self, url: str, *, weight_version: int = 0) -> ServerState:
         """Adds a server to the rotation."""
@@ -222,15 +230,28 @@ class Router(AsyncClosing):
         params: SamplingParams,
         *,
         session_id: str | None = None,
+        adapter_role: str | None = None,
     ) -> Generation:
-        """Generates on the chosen server, re-sending elsewhere if it fails."""
+        """Generates on the chosen server, re-sending elsewhere if it fails.
+
+        ``adapter_role``: with LoRA serving, whose adapter samples (None: ``policy``);
+        ignored when the servers serve full weights.
+        """
         deadline = time.monotonic() + self.wait_for_server_s
         attempt = 0
         while True:
             s = await self._wait_for_server(session_id, deadline)
             s.in_flight += 1
+            table = self.adapters
+            adapter = table.acquire(s.url, adapter_role or DEFAULT_ROLE) if table else None
             try:
-                gen = await s.client.generate(prompt_ids, params, session_id=session_id)
+                if adapter is None:
+                    gen = await s.client.generate(prompt_ids, params, session_id=session_id)
+                else:
+                    gen = await s.client.generate(
+                        prompt_ids, params, session_id=session_id,
+                        model=adapter.name, version=adapter.version,
+                    )  # fmt: skip
             except ServerUnavailable:
                 s.errors += 1
                 if attempt >= self.max_failovers:
@@ -243,6 +264,8 @@ class Router(AsyncClosing):
                 continue
             finally:
                 s.in_flight -= 1
+                if table is not None:
+                    table.release(s.url, adapter)
             s.requests += 1
             s.prompt_tokens += len(prompt_ids)
             s.generated_tokens += len(gen.token_ids)

@@ -67,6 +67,12 @@ class ServerConfig:
         api_key: Bearer key a server off loopback requires on every route but
             ``/health`` (see :mod:`agentrl.inference.auth`; None: a fresh one per
             server). Ignored on loopback hosts, which stay open to local clients.
+        lora_max_rank: Serve LoRA adapters up to this rank (``--enable-lora
+            --max-lora-rank``, runtime loading on: ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``);
+            one of vLLM's allowed ranks (:func:`~agentrl.inference.adapters.served_lora_rank`).
+            None: no LoRA.
+        max_loras: ``--max-loras``: adapters one batch may mix (the current and the
+            previous version of each role, while requests finish on the previous one).
     """
 
     model: str
@@ -85,6 +91,8 @@ class ServerConfig:
     chunked_prefill: bool | None = None
     cpus: tuple[int, ...] = ()
     api_key: str | None = field(default=None, repr=False)
+    lora_max_rank: int | None = None
+    max_loras: int = 4
 
 
 def vllm_device(requested: str = "auto") -> str:
@@ -232,6 +240,9 @@ class VLLMServer:
             cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         if self.api_key:  # the key itself goes in the environment, not on the command line
             cmd += ["--middleware", MIDDLEWARE]
+        if c.lora_max_rank:
+            cmd += ["--enable-lora", "--max-lora-rank", str(c.lora_max_rank)]
+            cmd += ["--max-loras", str(c.max_loras)]
         return [*cmd, *c.extra_args]
 
     def launch_command(self) -> list[str]:
@@ -249,6 +260,8 @@ class VLLMServer:
         if self.api_key:
             env[KEY_ENV] = self.api_key
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+        if self.config.lora_max_rank:  # /v1/load_lora_adapter and /v1/unload_lora_adapter
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         if vllm_device(self.config.device) == "cpu":
             # The legacy whole-GiB variable would override --kv-cache-memory-bytes.
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)

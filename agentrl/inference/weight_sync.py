@@ -41,6 +41,7 @@ __all__ = [
     "PauseMode",
     "SyncReport",
     "WeightSync",
+    "control_client",
     "new_weights_dir",
     "remove_weights_dir",
     "shm_base",
@@ -101,7 +102,9 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _control_client(timeout_s: float, router: Router) -> httpx.AsyncClient:
+def control_client(timeout_s: float, router: Router) -> httpx.AsyncClient:
+    """An HTTP client for a fleet's control routes (``/pause``, adapter loads, …): the
+    router's headers (its server key), the shared TLS context, ``timeout_s``."""
     return httpx.AsyncClient(timeout=timeout_s, verify=_ssl_context(), headers=router.headers)
 
 
@@ -297,7 +300,7 @@ class WeightSync:
         if self.weights_path is not None:
             await self._sync_one(server, self.weights_path, self.version, "abort")
         else:
-            async with _control_client(self.timeout_s, self.router) as http:
+            async with control_client(self.timeout_s, self.router) as http:
                 await self._post(
                     http, server, "/update_weight_version", {"new_version": str(self.version)}
                 )
@@ -326,7 +329,7 @@ class WeightSync:
         The pause is timed from sending ``/pause`` to ``/resume`` returning: the
         longest stall an in-flight request can see.
         """
-        async with _control_client(self.timeout_s, self.router) as http:
+        async with control_client(self.timeout_s, self.router) as http:
             paused = time.monotonic()
             await self._post(http, s, "/pause", params={"mode": mode})
             try:
@@ -407,7 +410,7 @@ class NcclWeightSync:
         t0 = time.monotonic()
         version = self.version + 1
         pauses: dict[str, float] = {}
-        async with _control_client(300, self.router) as http:
+        async with control_client(300, self.router) as http:
             for s, engine in zip(self.router.servers, self._engines, strict=True):
                 (
                     await http.post(f"{s.url}/pause", params={"mode": mode or self.mode})

@@ -120,8 +120,11 @@ def episode_detail(
         if s.kind == "model":
             turn, model_turn = model_turn, model_turn + 1
         spans.append(
-            {"start": s.start, "end": s.end, "kind": s.kind, "reward": s.reward, "turn": turn}
-        )
+            {
+                "start": s.start, "end": s.end, "kind": s.kind, "reward": s.reward,
+                "turn": turn, "role": s.role,
+            }
+        )  # fmt: skip
     return {
         "id": f"{step}-{index}",
         "step": step,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl.config import OrchestrationConfig
-from agentrl.inference.weight_sync import PauseMode
+from agentrl.inference.weight_sync import PauseMode, SyncReport
 from agentrl.orchestration.tasks import TaskStream
 from agentrl.rewards import reward_model_metrics
 from agentrl.types import Trajectory
@@ -70,8 +70,9 @@ class TrainerLike(Protocol):
         ...
 
 
-SyncWeights = Callable[[Any, PauseMode], Awaitable[int]]
-"""``await sync(weights, pause_mode) -> new weight version``."""
+SyncWeights = Callable[[Any, PauseMode], Awaitable[int | SyncReport]]
+"""``await sync(weights, pause_mode)`` -> the new weight version, or the sync's report
+(its size is then in each step's metrics as ``sync/bytes``)."""
 
 
 def select_groups(
@@ -199,6 +200,7 @@ class Driver:
         self.seed = seed
         self.stop = stop or asyncio.Event()
         self.version = 0
+        self.sync_bytes = 0  # size of the last push, when the push reports it
         self.step = 0
         self.training = False
         """True while the trainer updates: its state is then neither step's (not saved)."""
@@ -246,7 +248,7 @@ class Driver:
     async def _push(self, mode: PauseMode) -> float:
         t0 = time.perf_counter()
         weights = await asyncio.to_thread(self.trainer.state_dict_for_inference)
-        self.version = await self.sync_weights(weights, mode)
+        self.version = self.record_sync(await self.sync_weights(weights, mode))
         return time.perf_counter() - t0
 
     async def _start_push(
@@ -267,7 +269,7 @@ class Driver:
 
         async def push() -> float:
             t = time.perf_counter()
-            self.version = await self.sync_weights(weights, mode)
+            self.version = self.record_sync(await self.sync_weights(weights, mode))
             await pushed()
             return time.perf_counter() - t
 
@@ -321,6 +323,13 @@ class Driver:
         out, self.unreported = self.unreported, None
         return None if out is None else self._output(out, {})
 
+    def record_sync(self, result: int | SyncReport) -> int:
+        """The version a push returned (its size kept for the metrics when it reports one)."""
+        if isinstance(result, SyncReport):
+            self.sync_bytes = result.num_bytes
+            return result.version
+        return result
+
     def _output(
         self, step: StepOutput, times: dict[str, float], version: int | None = None
     ) -> StepOutput:
@@ -330,6 +339,8 @@ class Driver:
         out.update({f"time/{k}": v for k, v in times.items()})
         version = self.version if version is None else version
         out["weight_version"] = float(version)
+        if self.sync_bytes:
+            out["sync/bytes"] = float(self.sync_bytes)
         versions = [
             v for t in trajs for v, m in zip(t.weight_versions, t.loss_mask, strict=True) if m
         ]

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentrl.config import RunConfig, load_config
-from agentrl.inference.weight_sync import PauseMode
+from agentrl.inference.weight_sync import PauseMode, SyncReport
+from agentrl.orchestration.adapter_weights import AdapterSnapshots, serves_adapters
 from agentrl.orchestration.driver import GroupRunner
 from agentrl.orchestration.reward_scoring import check_reward_model, open_reward_model
 from agentrl.orchestration.startup import (
@@ -63,6 +64,12 @@ async def train(
     check_reward_model(cfg)  # reward.model: a bad path is one clear error, before anything
     if cfg.ray.address is not None:
         from agentrl.orchestration.placement.train import train_on_ray
+
+        if serves_adapters(cfg.trainer):
+            raise ComponentError(
+                "trainer.lora.serve: adapter is not supported on Ray placements yet; "
+                "set trainer.lora.serve: merged"
+            )
 
         return await train_on_ray(cfg, cfg.ray, resume=resume, say=say, on_step=on_step)
     prep = prepare(cfg, resume, say)
@@ -117,8 +124,8 @@ async def _train_local(
             stack.push_async_callback(rm.close)
             runner = ScoredRunner(runner, rm.scorer)
 
-        async def push(weights: Any, mode: PauseMode) -> int:
-            return int((await fleet.sync_weights(weights, mode=mode)).version)
+        async def push(weights: Any, mode: PauseMode) -> SyncReport:
+            return await fleet.sync_weights(weights, mode=mode)
 
         async def load_start(weights: Any) -> int:  # attached servers: same version
             report = await fleet.sync_weights(weights, mode="wait", version=fleet.weight_version)
@@ -139,10 +146,22 @@ async def _train_local(
 
 async def _start_trainer(
     cfg: RunConfig, model_dir: str, stack: contextlib.AsyncExitStack
-) -> ThreadedTrainer | ProcessTrainer:
+) -> ThreadedTrainer | ProcessTrainer | AdapterSnapshots:
     """The run's trainer, on ``trainer.worker``: a thread or a process of its own, pinned to
     ``trainer.cpus`` (the event loop may be pinned elsewhere by ``rollout.cpus``); closed
-    with ``stack``."""
+    with ``stack``. With ``trainer.lora.serve: adapter`` it pushes its adapter alone."""
+    trainer = await _start_worker(cfg, model_dir, stack)
+    if not serves_adapters(cfg.trainer):
+        return trainer
+    lora = cfg.trainer.lora
+    snaps = AdapterSnapshots(trainer, roles=lora.roles if lora and lora.per_role else ())
+    stack.callback(snaps.close)
+    return snaps
+
+
+async def _start_worker(
+    cfg: RunConfig, model_dir: str, stack: contextlib.AsyncExitStack
+) -> ThreadedTrainer | ProcessTrainer:
     max_seq_len = cfg.rollout.max_total_tokens
     if cfg.trainer.worker == "process":
         proc = await ProcessTrainer.start(cfg.trainer, model_dir, max_seq_len=max_seq_len)
@@ -172,10 +191,17 @@ async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) 
         await check_servers(cfg.inference.urls, api_key=key)
         if api == "auto":
             api = await detect_api(cfg.inference.urls, api_key=key)
-        return await Fleet.attach(cfg.inference.urls, api=api, api_key=key)
+        return await Fleet.attach(
+            cfg.inference.urls, api=api, api_key=key, lora_adapters=serves_adapters(cfg.trainer)
+        )
     try:
         config = server_config(cfg, prep.model_dir, log_dir)
-        return await Fleet.launch(config, num_servers, api="generate" if api == "auto" else api)
+        return await Fleet.launch(
+            config,
+            num_servers,
+            api="generate" if api == "auto" else api,
+            lora_adapters=serves_adapters(cfg.trainer),
+        )
     except ServerStartError as e:  # before the trainer starts: the run stops with vLLM's reason
         raise ComponentError(f"inference server cannot start: {e}") from e
 

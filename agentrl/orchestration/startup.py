@@ -122,6 +122,7 @@ def loop_config(cfg: RunConfig) -> LoopConfig:
         template_strategy=r.template_strategy,
         inject_tools=r.inject_tools,
         stages=tuple(Stage(**s.model_dump()) for s in r.stages),
+        role_adapters=cfg.trainer.lora is not None and cfg.trainer.lora.per_role,
     )
 
 
@@ -160,6 +161,7 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
     """The vLLM server settings of ``cfg``, with the run's key (used off loopback only)."""
     from agentrl.inference.auth import new_key
     from agentrl.inference.server import ServerConfig
+    from agentrl.orchestration.adapter_weights import served_rank
 
     inf = cfg.inference
     return ServerConfig(
@@ -173,6 +175,7 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
         log_dir=log_dir,
         cpus=tuple(check_cpus(inf.cpus, "inference.cpus")),
         api_key=new_key(),
+        lora_max_rank=served_rank(cfg.trainer),  # trainer.lora.serve: adapter
     )
 
 
@@ -301,7 +304,7 @@ def prepare(
 
         checkpoint = find_resume_checkpoint(Path(resume), say)
     env_cls = resolve_env(cfg.env)
-    cfg = resolve_supervision(cfg, env_cls)
+    cfg = resolve_roles(resolve_supervision(cfg, env_cls), env_cls)
     train_rows, eval_rows = load_tasks_for(cfg, env_cls)
     if cfg.inference.cpus and cfg.inference.urls:
         raise UserError(
@@ -349,6 +352,26 @@ def resolve_supervision(cfg: RunConfig, env_cls: type[Env]) -> RunConfig:
     trainer = cfg.trainer.model_copy(
         update={"advantage": adv.model_copy(update={"supervision": mode})}
     )
+    return cfg.model_copy(update={"trainer": trainer})
+
+
+def resolve_roles(cfg: RunConfig, env_cls: type[Env]) -> RunConfig:
+    """``trainer.lora.per_role``: the adapters' roles are the env's (``Env.roles``).
+
+    Raises:
+        UserError: ``per_role`` with an env that declares fewer than two roles.
+    """
+    lora = cfg.trainer.lora
+    if lora is None or not lora.per_role:
+        return cfg
+    roles = list(env_cls.roles)
+    if len(roles) < 2:
+        raise UserError(
+            f"trainer.lora.per_role: env {env_cls.__name__} declares "
+            f"{len(roles)} role{'' if len(roles) == 1 else 's'} {tuple(roles)}; one adapter "
+            "per role needs two or more (Env.roles): set trainer.lora.per_role=false"
+        )
+    trainer = cfg.trainer.model_copy(update={"lora": lora.model_copy(update={"roles": roles})})
     return cfg.model_copy(update={"trainer": trainer})
 
 

@@ -14,6 +14,7 @@ import torch
 
 from agentrl.config import RunConfig
 from agentrl.orchestration.startup import ComponentError
+from agentrl.trainer.engine.lora import count_adapter_params
 from agentrl.trainer.engine.memory import (
     MemoryPlan,
     MemoryPlanError,
@@ -65,8 +66,13 @@ def preflight_trainer_memory(
     shape = model_shape(model_dir)
     avail, how = run_available_bytes(cfg, shape.params, device)
     max_len = min(cfg.rollout.max_total_tokens, cfg.inference.max_model_len)
+    lora = cfg.trainer.lora
+    adapter = count_adapter_params(model_dir, lora) if lora is not None else None
     try:
-        plan = plan_memory(shape, cfg.trainer, max_seq_len=max_len, available=avail, device=device)
+        plan = plan_memory(
+            shape, cfg.trainer, max_seq_len=max_len, available=avail, device=device,
+            lora_params=adapter,
+        )  # fmt: skip
     except MemoryPlanError as e:
         raise ComponentError(f"trainer does not fit in memory ({how}): {e}") from e
     say(f"trainer memory: {plan.summary()} ({how})")

@@ -162,6 +162,17 @@ class ProcessTrainer:
     def save_hf(self, out_dir: str | Path) -> Path:
         return Path(self._call("save_hf", (out_dir,), {}))
 
+    def save_adapter(self, out_dir: str | Path) -> Path:
+        """The child writes its LoRA adapter to ``out_dir`` (see ``Trainer.save_adapter``)."""
+        return Path(self._call("save_adapter", (out_dir,), {}))
+
+    def adapter_state_for_inference(self) -> dict[str, Any]:
+        """The child's LoRA adapter on CPU (see ``Trainer.adapter_state_for_inference``);
+        it crosses as safetensors bytes (megabytes), not as shared-memory tensors."""
+        from safetensors.torch import load
+
+        return load(self._call("adapter_state", (), {}))
+
     # ------------------------------------------------------------------------- plumbing
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -252,6 +263,12 @@ def _spawn(shm_dir: str | None) -> tuple[subprocess.Popen[bytes], Connection, Pa
 # --------------------------------------------------------------------------- the child side
 
 
+_FORWARDED = frozenset(
+    {"step", "save_checkpoint", "load_checkpoint", "save_hf", "save_adapter"}
+)  # fmt: skip
+"""The Trainer methods the child runs as they are (the weights go by ``snapshot``)."""
+
+
 class _Child:
     """What the child runs: the trainer, and the weight snapshots it writes."""
 
@@ -283,7 +300,11 @@ class _Child:
     def handle(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name == "snapshot":
             return self.snapshot()
-        if name in ("step", "save_checkpoint", "load_checkpoint", "save_hf"):
+        if name == "adapter_state":
+            from safetensors.torch import save
+
+            return save(self.trainer.adapter_state_for_inference())
+        if name in _FORWARDED:
             return getattr(self.trainer, name)(*args, **kwargs)
         raise ValueError(f"unknown trainer call {name!r}")
 

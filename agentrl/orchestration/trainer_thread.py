@@ -57,6 +57,12 @@ class ThreadedTrainer:
     def save_hf(self, out_dir: str | Path) -> Path:
         return self.thread.call(self.trainer.save_hf, out_dir)
 
+    def save_adapter(self, out_dir: str | Path) -> Path:
+        return self.thread.call(self.trainer.save_adapter, out_dir)
+
+    def adapter_state_for_inference(self) -> dict[str, Any]:
+        return self.thread.call(self.trainer.adapter_state_for_inference)
+
     def close(self) -> None:
         """Ends the trainer's thread once its current call returns. Idempotent."""
         self.thread.close()

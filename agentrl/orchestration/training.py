@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.inference.protocol import LLMClient
-from agentrl.inference.weight_sync import PauseMode
-from agentrl.orchestration.driver import Driver, GroupRunner, StepOutput
+from agentrl.inference.weight_sync import PauseMode, SyncReport
+from agentrl.orchestration.driver import Driver, GroupRunner, StepOutput, SyncWeights
 from agentrl.orchestration.evaluate import evaluate
 from agentrl.orchestration.heap import frozen_heap
 from agentrl.orchestration.phases import describe_phases
@@ -70,7 +70,7 @@ async def drive(
     runner: GroupRunner,
     trainer: Any,
     llm: LLMClient,
-    push: Callable[[Any, PauseMode], Awaitable[int]],
+    push: SyncWeights,
     resume: bool,
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None = None,
@@ -84,7 +84,8 @@ async def drive(
         trainer: ``step``, ``state_dict_for_inference``, ``save_checkpoint``,
             ``load_checkpoint``, ``save_hf``.
         llm: The client evaluations sample from.
-        push: Pushes weights to the servers (pause mode given), returns the version.
+        push: Pushes weights to the servers (pause mode given), returns the version or
+            the sync's report.
         resume: Continue from the run directory's last checkpoint.
         say: Progress messages.
         on_step: Called with each step's metrics.
@@ -95,7 +96,7 @@ async def drive(
     """
     cfg, run = prep.cfg, prep.run
 
-    async def sync(weights: Any, mode: PauseMode) -> int:
+    async def sync(weights: Any, mode: PauseMode) -> int | SyncReport:
         try:
             return await push(weights, mode)
         except Exception as e:
@@ -129,7 +130,7 @@ async def drive(
         )
     if resume:  # the servers generate with the checkpoint's weights from the start
         weights = await asyncio.to_thread(trainer.state_dict_for_inference)
-        driver.version = await sync(weights, "wait")
+        driver.version = driver.record_sync(await sync(weights, "wait"))
     elif initial_push is not None:
         weights = await asyncio.to_thread(trainer.state_dict_for_inference)
         try:

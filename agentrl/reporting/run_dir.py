@@ -70,6 +70,12 @@ def _json(x: Any) -> str:
     return json.dumps(x, default=str, separators=(",", ":"))
 
 
+def _span_row(s: TurnSpan) -> list[Any]:
+    """A span as a JSON row: [start, end, kind, reward], and its role when it has one."""
+    row: list[Any] = [s.start, s.end, s.kind, s.reward]
+    return [*row, s.role] if s.role else row
+
+
 def write_trajectories(
     trajs: Sequence[Trajectory],
     path: str | Path,
@@ -92,7 +98,7 @@ def write_trajectories(
         cols["rollout_logprobs"].append(t.rollout_logprobs)
         cols["weight_versions"].append(t.weight_versions)
         cols["prompt_length"].append(t.prompt_length)
-        cols["spans"].append(_json([[s.start, s.end, s.kind, s.reward] for s in t.spans]))
+        cols["spans"].append(_json([_span_row(s) for s in t.spans]))
         cols["reward"].append(t.reward)
         cols["stop_reason"].append(str(t.stop_reason))
         cols["num_turns"].append(t.num_turns)
@@ -135,7 +141,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
                 rollout_logprobs=list(r["rollout_logprobs"]),
                 weight_versions=list(r["weight_versions"]),
                 prompt_length=r["prompt_length"],
-                spans=[TurnSpan(a, b, k, w) for a, b, k, w in json.loads(r["spans"])],
+                spans=[TurnSpan(*row) for row in json.loads(r["spans"])],
                 reward=r["reward"],
                 stop_reason=StopReason(r["stop_reason"]),
                 messages=[Message.from_dict(m) for m in json.loads(r["messages"])],

@@ -25,6 +25,7 @@ from agentrl.chat.templates import STRATEGIES, TemplateReport, inspect_template
 from agentrl.chat.tokenization import ChatTokenizer, TemplateError
 from agentrl.env import Env, call_maybe_async
 from agentrl.inference.protocol import LLMClient, LLMError, SamplingParams
+from agentrl.rollout.roles import turn_role
 from agentrl.rollout.stages import Stage, StagePlans, generate_turn
 from agentrl.tools import ToolExecutor, make_turn_parser
 from agentrl.tools.sanitize import scrub_messages
@@ -76,6 +77,9 @@ class LoopConfig:
             when the start-up check finds the template drops them.
         stages: Generate each model turn as these stages (``agentrl.rollout.stages``);
             empty: one request per turn. An env's own ``stages`` attribute wins.
+        role_adapters: Each turn's request asks for the adapter of the env's role for
+            it (``adapter_role``; ``trainer.lora.per_role``). Off: no request names one
+            (the one policy plays every role); the roles are recorded either way.
     """
 
     max_turns: int = 8
@@ -93,6 +97,7 @@ class LoopConfig:
     template_strategy: str = "auto"
     inject_tools: bool | None = None
     stages: tuple[Stage, ...] = ()
+    role_adapters: bool = False
 
 
 class _Stop(Exception):
@@ -301,18 +306,17 @@ class AgentLoop:
             budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(context))
             if budget <= 0:
                 raise _Stop(StopReason.MAX_TOKENS)
+            try:
+                role = turn_role(env)
+            except Exception as e:
+                raise _Stop(StopReason.ENV_ERROR, f"env.role: {e}") from e
             traj.info["state"] = str(EpisodeState.GENERATING)
             t = time.perf_counter()
             try:
                 gen = await generate_turn(
-                    self.llm,
-                    context,
-                    sampling,
-                    budget,
-                    plan,
-                    chat.eot_ids,
-                    session_id=traj.episode_id,
-                )
+                    self.llm, context, sampling, budget, plan, chat.eot_ids,
+                    session_id=traj.episode_id, adapter_role=role if cfg.role_adapters else None,
+                )  # fmt: skip
             except (LLMError, ValueError) as e:
                 raise _Stop(StopReason.LLM_ERROR, str(e)) from e
             self._add(traj.metrics, "generate_time_s", time.perf_counter() - t)
@@ -326,7 +330,7 @@ class AgentLoop:
                 if plan is not None and piece.trainable:
                     name = plan.stages[piece.stage].name or str(piece.stage)
                     self._add(traj.metrics, f"stage_tokens/{name}", float(n))
-            span = TurnSpan(start, len(traj.token_ids), "model")
+            span = TurnSpan(start, len(traj.token_ids), "model", role=role)
             traj.spans.append(span)
             traj.num_turns = turn + 1
 

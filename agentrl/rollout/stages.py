@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agentrl.inference.protocol import Generation, LLMClient, SamplingParams
+from agentrl.rollout.roles import adapter_kwargs
 
 __all__ = [
     "Piece",
@@ -213,14 +214,19 @@ async def generate_turn(
     end_ids: Sequence[int],
     *,
     session_id: str | None = None,
+    adapter_role: str | None = None,
 ) -> StagedTurn:
     """One model turn: one request without a plan, else :func:`generate_staged`."""
     if plan is None:
         params = replace(sampling, max_tokens=budget)
-        return StagedTurn.single(await llm.generate(context, params, session_id=session_id))
+        gen = await llm.generate(
+            context, params, session_id=session_id, **adapter_kwargs(adapter_role)
+        )
+        return StagedTurn.single(gen)
     return await generate_staged(
-        llm, context, sampling, budget, plan, end_ids, session_id=session_id
-    )
+        llm, context, sampling, budget, plan, end_ids, session_id=session_id,
+        adapter_role=adapter_role,
+    )  # fmt: skip
 
 
 async def generate_staged(
@@ -232,6 +238,7 @@ async def generate_staged(
     end_ids: Sequence[int],
     *,
     session_id: str | None = None,
+    adapter_role: str | None = None,
 ) -> StagedTurn:
     """Generates one turn as the stages of ``plan``, each request continuing the last.
 
@@ -244,6 +251,7 @@ async def generate_staged(
         end_ids: Tokens that end the turn (end of turn / EOS): any stage that samples
             one ends the turn; the later stages do not run.
         session_id: For sticky routing.
+        adapter_role: The env's role for this turn: every stage asks for its adapter.
 
     Raises:
         agentrl.inference.protocol.LLMError: A request failed for good.
@@ -268,7 +276,9 @@ async def generate_staged(
             stop_token_ids=tuple(dict.fromkeys([*sampling.stop_token_ids, *plan.stop_ids[i]])),
         )
         prompt = [*context, *(t for p in pieces for t in p.token_ids)]
-        gen = await llm.generate(prompt, params, session_id=session_id)
+        gen = await llm.generate(
+            prompt, params, session_id=session_id, **adapter_kwargs(adapter_role)
+        )
         piece = _sampled(gen, i)
         if piece.token_ids:
             pieces.append(piece)

@@ -408,8 +408,9 @@ class LoraConfig(_Section):
     """A LoRA adapter (Hu et al. 2021) trained over the frozen policy (needs ``agentrl[lora]``).
 
     Only the adapter (and a value head, if any) is trained; the reference policy for KL
-    is the same model with the adapter switched off. The servers receive the merged
-    weights W + (alpha/rank)·BA under the base model's names, as with full fine-tuning.
+    is the same model with the adapter switched off. With ``serve: adapter`` (default) the
+    servers hot-load each new adapter version (megabytes per sync); with ``serve: merged``
+    they receive the merged weights W + (alpha/rank)·BA, as with full fine-tuning.
 
     Example (YAML): ``trainer: {lora: {rank: 16, alpha: 32}}``
     """
@@ -434,6 +435,26 @@ class LoraConfig(_Section):
         "pissa: A, B from the top singular vectors of W (the base keeps "
         "the rest; slower start-up).",
     )
+    serve: Literal["adapter", "merged"] = Field(
+        default="adapter",
+        description="How the inference servers get the policy: adapter = vLLM serves the "
+        "base model with LoRA on (--enable-lora) and each sync hot-loads only the adapter "
+        "as a new version (sync bytes = the adapter's); merged = each sync writes the "
+        "whole merged model W + s·BA (on CPU serving with an adapter roughly halves "
+        "decode speed, so merged can be the faster choice there). init: pissa needs merged.",
+    )
+    per_role: bool = Field(
+        default=False,
+        description="One adapter per role of the env (Env.roles, two or more) over one "
+        "shared base: each role's turns are sampled from, credited to and trained into "
+        "its own adapter; the reference for KL is still the base. Costs one policy "
+        "forward per role on each micro-batch.",
+    )
+    roles: list[str] = Field(
+        default_factory=list,
+        description="The roles under per_role, filled from the env's Env.roles when a "
+        "run starts; set it only for a Trainer used without a run.",
+    )
 
     @field_validator("target_modules")
     @classmethod
@@ -441,6 +462,15 @@ class LoraConfig(_Section):
         if isinstance(v, list) and not v:
             raise ValueError("lora.target_modules is empty: list module names or 'all-linear'")
         return v
+
+    @model_validator(mode="after")
+    def _servable(self) -> LoraConfig:
+        if self.init == "pissa" and self.serve == "adapter":
+            raise ValueError(
+                "lora.init: pissa changes the base weights, which vLLM serves unchanged "
+                "under an adapter; set trainer.lora.serve: merged (or another init)"
+            )
+        return self
 
 
 class DPOConfig(_Section):

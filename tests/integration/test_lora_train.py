@@ -29,6 +29,7 @@ def test_lora_trains_one_step_and_syncs_merged_weights(
         "eval.every": 0,
         "trainer.optim.lr": 1e-3,
         "trainer.lora.rank": 4,
+        "trainer.lora.serve": "merged",  # the shared server has no --enable-lora
         "trainer.worker": "process",
         "wandb": "disabled",
         "steps": 1,

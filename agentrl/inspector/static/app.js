@@ -225,7 +225,8 @@
     h += `<div id="tokens">${renderTokens(ep)}</div>`;
     h += '<h3>Turns</h3><table id="turns"><thead><tr><th>turn</th><th>tokens</th><th>reward</th>' +
       "</tr></thead><tbody>" + ep.spans.filter((s) => s.kind === "model").map((s) =>
-      `<tr><td>${s.turn + 1}</td><td>${s.start}–${s.end - 1}</td><td>${fmt(s.reward, 4)}</td></tr>`)
+      `<tr><td>${s.turn + 1}${s.role ? ` (${esc(s.role)})` : ""}</td><td>${s.start}–${s.end - 1}</td>` +
+      `<td>${fmt(s.reward, 4)}</td></tr>`)
       .join("") + "</tbody></table>";
     const calls = ep.tool_calls.length;
     const m = ep.metrics;

@@ -53,6 +53,8 @@ class Batch:
         episode_ids: For error messages.
         positions: Position ids per episode, restarting at each ``per_turn`` sample;
             None: 0..L_b-1 for every row.
+        roles_BR: Under ``trainer.lora.per_role``, the role (index into
+            ``trainer.lora.roles``) of each model token, -1 on padding; else None.
     """
 
     ids: list[torch.Tensor]
@@ -68,6 +70,7 @@ class Batch:
     truncated_B: torch.Tensor
     episode_ids: list[str]
     positions: list[torch.Tensor] | None = None
+    roles_BR: torch.Tensor | None = None
 
     @property
     def size(self) -> int:

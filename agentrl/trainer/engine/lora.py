@@ -4,10 +4,10 @@ The adapter's layers are injected in place into the HF model, so the
 :class:`~agentrl.trainer.engine.actor.PolicyModule` runs it unchanged; the optimizer gets
 only the parameters left trainable (the adapter, and a value head). The reference policy
 for KL is the same model with the adapter switched off (:class:`AdapterDisabled`), never a
-second copy of the base. The servers receive the merged weights W + s·BA under the base
-model's names (:func:`merged_state`), so weight sync works as with full fine-tuning;
-:func:`adapter_state` is the adapter alone in peft's format (for export, and for an
-adapter-only sync later).
+second copy of the base. With ``serve: merged`` the servers receive the merged weights
+W + s·BA under the base model's names (:func:`merged_state`), as with full fine-tuning;
+with ``serve: adapter`` (default) the run pushes the adapter alone (:func:`save_adapter`,
+peft's format), which the servers hot-load as a new version.
 
 Example:
     >>> cfg = TrainerConfig(lora={"rank": 8, "target_modules": ["q_proj", "v_proj"]})
@@ -31,6 +31,8 @@ __all__ = [
     "AdapterDisabled",
     "adapter_state",
     "apply_lora",
+    "base_state",
+    "count_adapter_params",
     "linear_names",
     "merged_state",
     "resolve_targets",
@@ -71,6 +73,33 @@ def resolve_targets(lm: nn.Module, cfg: LoraConfig) -> list[str]:
             f"{type(lm).__name__}'s decoder; it has: {', '.join(have)} (or use 'all-linear')"
         )
     return list(cfg.target_modules)
+
+
+def count_adapter_params(model: str | Path | nn.Module, lora: LoraConfig) -> int | None:
+    """Parameters of the adapter ``lora`` (a ``LoraConfig``) on ``model``: r·(in + out) for
+    each decoder linear layer it targets. A model directory is built on the meta device
+    (no weights read). None when the model cannot be built that way.
+
+    Raises:
+        TrainerSetupError: A ``target_modules`` name the model lacks (the ones it has named).
+    """
+    lm: nn.Module
+    if isinstance(model, nn.Module):
+        lm = getattr(model, "lm", model)
+    else:
+        try:
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            with torch.device("meta"):
+                lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model)))
+        except Exception:  # e.g. remote code: the caller falls back to the analytic count
+            return None
+    targets = resolve_targets(lm, lora)
+    return sum(
+        lora.rank * (m.in_features + m.out_features)
+        for n, m in _decoder(lm).named_modules()
+        if isinstance(m, nn.Linear) and any(n == t or n.endswith("." + t) for t in targets)
+    )
 
 
 def apply_lora(lm: nn.Module, cfg: LoraConfig) -> Any:
@@ -136,11 +165,7 @@ def merged_state(lm: nn.Module, sd: dict[str, torch.Tensor]) -> dict[str, torch.
     """
     from peft.tuners.lora import LoraLayer
 
-    out: dict[str, torch.Tensor] = {}
-    for k, v in sd.items():
-        if ".lora_" in k:
-            continue
-        out[k.replace(".base_layer.", ".")] = v
+    out = base_state(sd)
     for name, m in lm.named_modules():
         if not isinstance(m, LoraLayer):
             continue
@@ -153,6 +178,12 @@ def merged_state(lm: nn.Module, sd: dict[str, torch.Tensor]) -> dict[str, torch.
             )
             out[key] = (out[key] + cast(torch.Tensor, delta).to(out[key].device)).to(out[key].dtype)
     return out
+
+
+def base_state(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An adapted state dict ``sd`` without its adapters, under the base model's names:
+    ``lora_*`` entries dropped, ``<layer>.base_layer.<p>`` as ``<layer>.<p>``."""
+    return {k.replace(".base_layer.", "."): v for k, v in sd.items() if ".lora_" not in k}
 
 
 def adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:

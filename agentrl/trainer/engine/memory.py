@@ -5,7 +5,9 @@ H/I = hidden/intermediate size, kv = key/value width, V = vocabulary, n = layers
 
 - **static**: fp32 weights, grads and AdamW's two moments, 16·P for the policy
   (+4·P for a frozen reference model, +16·P for a separate critic), divided by the
-  number of FSDP workers;
+  number of FSDP workers; with LoRA (``trainer.lora``) 4·P for the frozen base and 16·L
+  for the L adapter parameters (rank r on a linear layer (in, out) adds r·(in + out)),
+  and no reference copy (the reference is the base with the adapter off);
 - **activations** kept for backward: ``T · n · s · (14·H + 2·kv + 4·I) · 4`` — the
   floats a Llama/Qwen2 decoder layer keeps per token (norms, q/k/v, RoPE and repeated
   k/v copies, attention output, MLP gate/up/act), × ``act_scale`` without and
@@ -13,7 +15,8 @@ H/I = hidden/intermediate size, kv = key/value width, V = vocabulary, n = layers
   halves the peak, since backward's own per-token temporaries remain);
 - **lm head**: ``logit_copies · chunk · V · 4`` (the logprob path runs ``logprob_chunk``
   tokens at a time, ``actor.chunked_logprobs``) plus ``head_grad_copies · V · H · 4``
-  (each chunk's lm-head weight gradient before it is summed);
+  (each chunk's lm-head weight gradient before it is summed; none with LoRA, whose
+  lm head is frozen);
 - **runtime**: the Python/torch/transformers process itself.
 
 The coefficients (:data:`CPU_CALIBRATION`) were fitted on this project's 2-core 24 GiB
@@ -92,6 +95,14 @@ class ModelShape:
             tied = bool(getattr(cfg, "tie_word_embeddings", False))
             params = v * h * (1 if tied else 2) + n * layer + h
         return cls(params, h, n, heads, kv, hd, inter, v)
+
+    def lora_params(self, rank: int) -> int:
+        """Adapter parameters of rank ``rank`` on every linear layer of a Llama/Qwen2-style
+        decoder: r·(in + out) for q, k, v, o, gate, up and down, per layer."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h, i = self.hidden, self.intermediate
+        per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+        return rank * per_layer * self.layers
 
 
 def model_shape(model: str | Path | torch.nn.Module) -> ModelShape:
@@ -179,11 +190,18 @@ def estimate_step(
     world: int = 1,
     bf16: bool = False,
     flash: bool = False,
+    lora_params: int | None = None,
     coef: MemoryCoefficients = CPU_CALIBRATION,
 ) -> MemoryEstimate:
-    """Peak bytes of one step with micro-batches of ``tokens`` tokens (rows ≤ ``seq_len``)."""
+    """Peak bytes of one step with micro-batches of ``tokens`` tokens (rows ≤ ``seq_len``).
+
+    ``lora_params``: the adapter's parameter count when only a LoRA adapter trains (the
+    base is frozen: no gradients or AdamW moments for it, nor for the lm head); None
+    when every weight trains.
+    """
     p = shape.params
-    static = (16 * p + (4 * p if ref_model else 0) + (16 * p if separate_critic else 0)) / world
+    policy = 16 * p if lora_params is None else 4 * p + 16 * lora_params
+    static = (policy + (4 * p if ref_model else 0) + (16 * p if separate_critic else 0)) / world
     kv = shape.kv_heads * shape.head_dim
     layer_f = 14 * shape.hidden + 2 * kv + 4 * shape.intermediate
     attn_f = 0.0 if flash else coef.attn_scale * shape.heads * min(seq_len, tokens)
@@ -194,7 +212,8 @@ def estimate_step(
     if separate_critic:
         act *= 2
     head = coef.logit_copies * min(chunk, tokens) * shape.vocab * 4
-    head += coef.head_grad_copies * shape.vocab * shape.hidden * 4 / world
+    if lora_params is None:  # a frozen lm head (LoRA) gets no weight gradient
+        head += coef.head_grad_copies * shape.vocab * shape.hidden * 4 / world
     return MemoryEstimate(static, act, head, coef.runtime_bytes)
 
 
@@ -269,6 +288,7 @@ def plan_memory(
     local_world: int = 1,
     flash: bool = False,
     strict: bool = True,
+    lora_params: int | None = None,
     coef: MemoryCoefficients = CPU_CALIBRATION,
 ) -> MemoryPlan:
     """Resolves ``"auto"`` token budget / checkpointing / chunk and checks that the result fits.
@@ -284,6 +304,9 @@ def plan_memory(
         flash: Flash attention (no attention-score term).
         strict: Raise when nothing fits (False: keep explicit settings, or take the
             smallest automatic ones, and say so in ``notes``).
+        lora_params: With ``cfg.lora``, the adapter's parameter count (``lora.py``'s
+            ``count_adapter_params``; None: every linear layer of a Llama-style decoder,
+            :meth:`ModelShape.lora_params`). Ignored without ``cfg.lora``.
 
     Raises:
         MemoryPlanError: Even the smallest configuration allowed by the explicit settings
@@ -296,10 +319,17 @@ def plan_memory(
         if u.logprob_chunk == "auto"
         else int(u.logprob_chunk)
     )
+    lora = getattr(cfg, "lora", None)
+    adapter = None
+    if lora is not None:
+        adapter = lora_params if lora_params is not None else shape.lora_params(lora.rank)
+    # With LoRA the reference is the base with the adapter off, unless loaded from a path.
+    ref = bool(cfg.needs_ref) and (lora is None or bool(cfg.kl.ref_model_path))
     kw = dict(
-        seq_len=max_seq_len, chunk=chunk, ref_model=bool(cfg.needs_ref), world=world,
+        seq_len=max_seq_len, chunk=chunk, ref_model=ref, world=world,
         separate_critic=bool(cfg.uses_critic and cfg.critic.kind == "separate"),
-        bf16=device == "cuda" and a.dtype != "float32", flash=flash, coef=coef,
+        bf16=device == "cuda" and a.dtype != "float32", flash=flash, lora_params=adapter,
+        coef=coef,
     )  # fmt: skip
 
     def est(tokens: int, ckpt: bool) -> MemoryEstimate:
@@ -398,9 +428,15 @@ def trainer_plan(
             available += 4 * shape.params  # the caller's copy is already resident
     local = 1 if device.type == "cuda" else int(os.environ.get("LOCAL_WORLD_SIZE", world))
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    adapter = None
+    if cfg.lora is not None:
+        from agentrl.trainer.engine.lora import count_adapter_params
+
+        adapter = count_adapter_params(model, cfg.lora)
     plan = plan_memory(
         shape, cfg, max_seq_len=max_seq_len or 2048, available=available, device=device.type,
         world=world, local_world=local, flash=attn == "flash_attention_2", strict=False,
+        lora_params=adapter,
     )  # fmt: skip
     for note in plan.notes:
         if "needs" in note:

@@ -32,6 +32,7 @@ from agentrl.trainer.engine.parts import TrainerParts
 __all__ = [
     "adapter_state_for_inference",
     "load_checkpoint",
+    "read_trainer_state",
     "save_adapter",
     "save_checkpoint",
     "save_hf",
@@ -60,6 +61,9 @@ def state_dict_for_inference(trainer: TrainerParts) -> dict[str, torch.Tensor]:
     get an empty dict. A tied lm_head is omitted (loaders re-tie it). With LoRA: the merged
     weights W + s·BA under the base model's names (no ``lora_`` entries).
     """
+    lora = trainer.cfg.lora
+    if lora is not None and lora.per_role:
+        raise ValueError(_PER_ROLE)
     sd = _full_state(trainer.policy)
     if trainer.rank != 0:
         return {}
@@ -69,6 +73,12 @@ def state_dict_for_inference(trainer: TrainerParts) -> dict[str, torch.Tensor]:
 
         out = merged_state(trainer.policy.lm, out)
     return out
+
+
+_PER_ROLE = (
+    "trainer.lora.per_role trains one adapter per role, so there is no single policy: "
+    "take them with adapter_states_for_inference() (save_adapter writes them all)"
+)
 
 
 def _need_lora(trainer: TrainerParts) -> Any:
@@ -85,6 +95,8 @@ def adapter_state_for_inference(trainer: TrainerParts) -> dict[str, torch.Tensor
     """
     from agentrl.trainer.engine.lora import adapter_state
 
+    if trainer.cfg.lora is not None and trainer.cfg.lora.per_role:
+        raise ValueError(_PER_ROLE)
     return adapter_state(_need_lora(trainer))
 
 
@@ -116,9 +128,23 @@ def _checkpoint_state(trainer: TrainerParts, name: str, module: nn.Module) -> di
 
 
 def save_hf(trainer: TrainerParts, out_dir: str | Path) -> Path:
-    """Writes a plain HF model directory (config, safetensors, tokenizer files if known)."""
-    state = trainer.state_dict_for_inference()
+    """Writes a plain HF model directory (config, safetensors, tokenizer files if known).
+
+    With ``trainer.lora.per_role`` there is no single policy: the directory holds the base
+    model, and ``adapters/<role>/`` each role's peft adapter over it.
+    """
     out = Path(out_dir)
+    lora = trainer.cfg.lora
+    if lora is not None and lora.per_role:
+        from agentrl.trainer.engine.lora import base_state
+
+        sd = _full_state(trainer.policy)
+        base = base_state({k[len("lm.") :]: v for k, v in sd.items() if k.startswith("lm.")})
+        if trainer.rank == 0:
+            save_hf_dir(trainer.policy.lm, base, out, trainer.source_dir)
+        save_adapter(trainer, out / "adapters")
+        return out
+    state = trainer.state_dict_for_inference()
     if trainer.rank == 0:
         save_hf_dir(trainer.policy.lm, state, out, trainer.source_dir)
     _barrier()
@@ -209,6 +235,16 @@ def _read_state(ckpt: Path) -> dict[str, Any]:
         return cast(dict[str, Any], torch.load(f, map_location="cpu", weights_only=False))
     except Exception as e:
         raise CheckpointError(f"{f} cannot be read ({type(e).__name__}: {e})") from e
+
+
+def read_trainer_state(ckpt: str | Path) -> dict[str, Any]:
+    """A step directory's ``trainer_state.pt``: counters, the trainer's settings
+    (``config``), RNG and the caller's ``extra``.
+
+    Raises:
+        CheckpointError: It cannot be read (named).
+    """
+    return _read_state(Path(ckpt))
 
 
 def _loads(ckpt: Path) -> str | None:

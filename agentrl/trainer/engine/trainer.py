@@ -20,8 +20,8 @@ import torch.distributed as dist
 from torch import nn
 
 from agentrl.trainer.algo.advantages import AdvantageInputs, compute_advantages
-from agentrl.trainer.algo.correction import compute_correction, offpolicy_diagnostics
-from agentrl.trainer.algo.kl import AdaptiveKLController, FixedKLController, kl_estimate
+from agentrl.trainer.algo.correction import offpolicy_diagnostics
+from agentrl.trainer.algo.kl import AdaptiveKLController, FixedKLController
 from agentrl.trainer.algo.losses import explained_variance
 from agentrl.trainer.algo.shaping import shape_rewards
 from agentrl.trainer.config import TrainerConfig
@@ -42,7 +42,6 @@ from agentrl.trainer.engine.memory import trainer_plan
 from agentrl.trainer.engine.metrics import (
     PhaseTimer,
     batch_metrics,
-    correction_metrics,
     dist_active,
     mfu,
     reward_metrics,
@@ -50,6 +49,8 @@ from agentrl.trainer.engine.metrics import (
 )
 from agentrl.trainer.engine.networks import build_networks, build_optimizers
 from agentrl.trainer.engine.parts import NonFiniteError
+from agentrl.trainer.engine.prepass import decoupled_correction, prepass, ref_kl_old
+from agentrl.trainer.engine.roles import role_adapters, roles_of
 from agentrl.trainer.engine.sysmem import PeakMemory, return_freed_memory
 from agentrl.trainer.engine.update import UpdateInputs, old_logp_in_update, run_update
 from agentrl.types import Trajectory
@@ -149,6 +150,8 @@ class Trainer:
         self.share_prefix = nets.share_prefix
         self.lora = nets.lora
         """The ``peft.PeftModel`` around the policy's LM (``trainer.lora``), else None."""
+        self.role_adapters = role_adapters(config, self.lora, self.gradient_checkpointing)
+        """One adapter per role (``trainer.lora.per_role``), else None."""
         self.trainable_params = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         if self.lora is not None and self.rank == 0:
             total = sum(p.numel() for p in self.policy.parameters())
@@ -205,6 +208,13 @@ class Trainer:
         """The LoRA adapter alone on CPU, with peft's names (``trainer.lora`` only)."""
         return _state.adapter_state_for_inference(self)
 
+    def adapter_states_for_inference(self) -> dict[str, dict[str, torch.Tensor]]:
+        """{role: its adapter on CPU, peft's names} (``trainer.lora``; one "policy" entry
+        unless ``per_role``)."""
+        if self.role_adapters is not None:
+            return self.role_adapters.states()
+        return {"policy": self.adapter_state_for_inference()}
+
     def save_adapter(self, out_dir: str | Path) -> Path:
         """Writes the LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``),
         loadable with ``peft.PeftModel.from_pretrained(base, out_dir)``."""
@@ -238,65 +248,16 @@ class Trainer:
         if mb.prefix_ids is not None:  # positions the shared prefix spared the other rows
             self.shared_prefix_tokens += mb.prefix_ids.shape[1] * (len(rws) - 1)
         mask_bR = batch.mask_BR[rws, : mb.R].to(self.device)
+        if module is self.policy and self.role_adapters is not None:  # trainer.lora.per_role
+            return self.role_adapters.forward(
+                lambda: run_micro_batch(module, mb, mask_bR, self.compute_dtype),
+                roles_of(batch, rws, mb.R).to(self.device),
+            )
         return run_micro_batch(module, mb, mask_bR, self.compute_dtype)
 
-    @torch.no_grad()
     def prepass(self, batch: Batch, need_old: bool) -> dict[str, torch.Tensor]:
         """π_old (decoupled), π_ref and critic values of every row, before any update."""
-        B, R = batch.mask_BR.shape
-        jobs: list[tuple[str, nn.Module]] = []
-        if need_old or (self.critic is None and self.policy.value_head is not None):
-            jobs.append(("policy", self.policy))
-        if self.ref is not None:
-            jobs.append(("ref", self.ref))
-        if self.critic is not None:
-            jobs.append(("critic", self.critic))
-        out = {
-            name: torch.zeros(B, R, device=self.device)
-            for name in ("old_logp", "ref_logp", "values", "entropy")
-        }
-        for name, module in jobs:
-            was_training = module.training
-            module.eval()
-            for rows in self.plan(batch, range(B)):
-                fo = self.forward(module, batch, rows)
-                if not rows:
-                    continue
-                r = fo.logp_bR.shape[1]
-                if name in ("policy", "ref"):
-                    out["old_logp" if name == "policy" else "ref_logp"][rows, :r] = fo.logp_bR
-                if name == "policy":
-                    out["entropy"][rows, :r] = fo.entropy_bR
-                if fo.values_bR is not None:
-                    out["values"][rows, :r] = fo.values_bR
-            module.train(was_training)
-        if dist_active():
-            for t in out.values():
-                dist.all_reduce(t)  # each row was filled by exactly one worker
-        return {k: v.cpu() for k, v in out.items()}
-
-    def _decoupled_correction(
-        self, old_logp: torch.Tensor, batch: Batch, metrics: dict[str, float]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """IS weights and keep mask from ρ = π_old/μ, with their metrics."""
-        mu, mask = batch.rollout_logp_BR, batch.mask_BR
-        corr = compute_correction(old_logp, mu, mask, **self.cfg.correction.weight_args())
-        metrics.update(correction_metrics(corr.metrics))
-        diag = offpolicy_diagnostics(old_logp, mu, mask)
-        metrics.update({f"offpolicy/{k}": v for k, v in diag.items()})
-        return corr.weights_BR, corr.keep_BR
-
-    def _ref_kl_old(
-        self,
-        old_logp: torch.Tensor,
-        ref_logp: torch.Tensor,
-        mask: torch.Tensor,
-        m: dict[str, float],
-    ) -> torch.Tensor:
-        """Per-token KL(π_old ‖ π_ref) estimate (masked); its mean is ``kl/ref_kl_old``."""
-        kl_BR = kl_estimate(old_logp, ref_logp, self.cfg.kl.estimator) * mask
-        m["kl/ref_kl_old"] = float(kl_BR.sum() / mask.sum().clamp(min=1))
-        return kl_BR
+        return prepass(self, batch, need_old)
 
     # ----------------------------------------------------------------------------- step
 
@@ -361,6 +322,8 @@ class Trainer:
             batch = build_batch(
                 kept, [shaped.scores[j] for j in sel], [shaped.truncated[j] for j in sel]
             )
+            if self.role_adapters is not None:
+                batch.roles_BR = self.role_adapters.index_BR(kept, batch.mask_BR.shape[1])
         mask = batch.mask_BR
         decoupled = cfg.correction.mode == "decoupled"
         # One-pass update: π_old = sg(π_θ) of the update's forward, no pre-pass forward.
@@ -373,7 +336,7 @@ class Trainer:
 
         penalty = None
         if self.ref is not None and not in_update:
-            kl_BR = self._ref_kl_old(old_logp, pre["ref_logp"], mask, metrics)
+            kl_BR = ref_kl_old(self.cfg, old_logp, pre["ref_logp"], mask, metrics)
             if cfg.kl.placement == "reward":
                 # In-reward KL penalty r_t - β·KL_t (Ziegler et al. 2019 eq. 2;
                 # Ouyang et al. 2022 eq. 2), kept apart from the turn rewards.
@@ -398,7 +361,7 @@ class Trainer:
         )
         weights = keep = None
         if prepassed:
-            weights, keep = self._decoupled_correction(old_logp, batch, metrics)
+            weights, keep = decoupled_correction(self.cfg, old_logp, batch, metrics)
         with timer("update"):
             acc, cur_logp = run_update(
                 self,
@@ -409,9 +372,9 @@ class Trainer:
                 ),
             )  # fmt: skip
         if in_update:  # cur_logp is π_old: the numbers a pre-pass would have given
-            self._decoupled_correction(cur_logp, batch, metrics)
+            decoupled_correction(self.cfg, cur_logp, batch, metrics)
             if self.ref is not None:
-                self._ref_kl_old(cur_logp, pre["ref_logp"], mask, metrics)
+                ref_kl_old(self.cfg, cur_logp, pre["ref_logp"], mask, metrics)
         acc.reduce()
         out = acc.result()
         if not decoupled:

@@ -81,6 +81,29 @@ async def test_sync_mode_trains_on_current_weights(tokenizer):
     assert stream.state_dict()["outstanding"] == []
 
 
+async def test_a_push_that_reports_its_size_puts_it_in_the_metrics(tokenizer):
+    from agentrl.inference.weight_sync import SyncReport
+
+    driver, _, _, _ = make(tokenizer, "sync", TASKS)
+    plain = driver.sync_weights
+    sizes = iter([1_000, 2_500])
+
+    async def reported(weights, mode):
+        return SyncReport(version=await plain(weights, mode), seconds=0.1, write_s=0.0,
+                          num_bytes=next(sizes))  # fmt: skip
+
+    driver.sync_weights = reported
+    outs = await _run(driver, 2)
+    assert [o.metrics["sync/bytes"] for o in outs] == [1_000.0, 2_500.0]
+    assert [o.metrics["weight_version"] for o in outs] == [1.0, 2.0]
+
+
+async def test_a_push_that_returns_a_version_reports_no_size(tokenizer):
+    driver, _, _, _ = make(tokenizer, "sync", TASKS)
+    outs = await _run(driver, 1)
+    assert "sync/bytes" not in outs[0].metrics
+
+
 async def test_one_step_off_is_one_version_behind(tokenizer):
     driver, trainer, syncs, _ = make(tokenizer, "one_step_off", TASKS)
     outs = await _run(driver, 4)

@@ -103,3 +103,18 @@ async def test_train_stops_before_any_server_starts(
     )
     with pytest.raises(ComponentError, match=r"trainer.update.token_budget=8192 .*needs ~"):
         await train(cfg, say=lambda s: None)
+
+
+def test_lora_plans_the_adapter_it_targets_and_a_bad_target_stops_first(tmp_path: Path) -> None:
+    from agentrl.errors import TrainerSetupError
+
+    model = _config_dir(tmp_path, "smollm2-135m")
+    qv = RunConfig.model_validate(
+        {"trainer": {"lora": {"rank": 8, "target_modules": ["q_proj", "v_proj"]}}}
+    )
+    _, plan = tm.preflight_trainer_memory(qv, model, print)
+    adapter = 8 * ((576 + 576) + (576 + 192)) * 30  # r·(in + out), q and v, 30 layers
+    assert plan.estimate.static == 4 * plan.shape.params + 16 * adapter  # type: ignore[union-attr]
+    bad = RunConfig.model_validate({"trainer": {"lora": {"target_modules": ["qkv"]}}})
+    with pytest.raises(TrainerSetupError, match=r"'qkv' is not a linear layer.*q_proj"):
+        tm.preflight_trainer_memory(bad, model, print)

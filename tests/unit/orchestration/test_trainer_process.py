@@ -97,6 +97,29 @@ def test_a_step_in_the_child_is_the_step_in_process(model: Path) -> None:
         child.close()
 
 
+def test_the_child_saves_and_hands_over_its_lora_adapter(model: Path, tmp_path: Path) -> None:
+    """trainer.worker=process with trainer.lora: save_adapter and the adapter's state come
+    from the child's trainer, equal to an in-process trainer's after the same step."""
+    cfg = TrainerConfig(seed=1, optim={"lr": 1e-2}, lora={"rank": 4})
+    here = Trainer(cfg, str(model))
+    child = _start(model, cfg)
+    try:
+        trajs = random_batch(6)
+        here.step(trajs)
+        child.step(trajs)
+        got, want = child.adapter_state_for_inference(), here.adapter_state_for_inference()
+        assert got.keys() == want.keys() and all("lora_" in k for k in got)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=0)
+        out = child.save_adapter(tmp_path / "adapter")
+        assert out == tmp_path / "adapter"
+        saved = load_file(str(out / "adapter_model.safetensors"))
+        assert saved.keys() == want.keys()
+        assert (out / "adapter_config.json").is_file()
+    finally:
+        child.close()
+
+
 def test_for_trainer_keeps_the_token_fields_and_drops_the_records() -> None:
     t = _with_unpicklable_info(1)[0]
     t.tool_calls = [{"name": "python"}]

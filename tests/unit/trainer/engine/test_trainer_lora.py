@@ -210,12 +210,12 @@ def test_sharded_workers_are_refused_naming_the_setting() -> None:
             gradient_checkpointing=False, logprob_chunk=64,
         )  # fmt: skip
     with pytest.raises(TrainerSetupError, match=r"pissa.*trainer\.kl\.ref_model_path"):
-        Trainer(_lora(lora={"init": "pissa"}, kl={"coef": 0.1}), tiny_lm())
+        Trainer(_lora(lora={"init": "pissa", "serve": "merged"}, kl={"coef": 0.1}), tiny_lm())
 
 
 @pytest.mark.parametrize("init", ["gaussian", "pissa"])
 def test_other_inits_start_at_the_base_model(init: str) -> None:
-    t = Trainer(_lora(lora={"rank": 4, "init": init}), tiny_lm())
+    t = Trainer(_lora(lora={"rank": 4, "init": init, "serve": "merged"}), tiny_lm())
     base = Trainer(TrainerConfig(), tiny_lm()).state_dict_for_inference()
     for k, v in t.state_dict_for_inference().items():
         torch.testing.assert_close(v, base[k], atol=1e-5, rtol=0)

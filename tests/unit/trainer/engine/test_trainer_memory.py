@@ -134,6 +134,71 @@ def test_nothing_fits_names_the_settings() -> None:
     assert fallback.token_budget == 1024 and fallback.gradient_checkpointing
 
 
+def test_lora_estimate_counts_the_adapter_not_the_base_by_hand() -> None:
+    kw = dict(tokens=8, seq_len=4, checkpointing=False, chunk=5, coef=COEF)
+    full = estimate_step(TOY, **kw)  # type: ignore[arg-type]
+    lora = estimate_step(TOY, lora_params=20, **kw)  # type: ignore[arg-type]
+    assert lora.static == 4 * 1000 + 16 * 20  # frozen fp32 base; the adapter trains
+    assert lora.logits == 2 * 5 * 10 * 4  # a frozen lm head has no weight gradient
+    assert lora.activations == full.activations  # the tokens still flow through the base
+    assert full.total - lora.total == (16000 - 4320) + 1 * 10 * 2 * 4
+
+
+def test_adapter_parameters_are_rank_times_in_plus_out_of_each_target(tmp_path: Path) -> None:
+    from agentrl.trainer.config import LoraConfig
+    from agentrl.trainer.engine.lora import count_adapter_params
+    from tests.helpers.trainer import tiny_model_dir
+
+    # tiny_lm per layer: q 64→64, k 64→32, v 64→32, o 64→64, gate/up 64→128, down 128→64
+    per_layer = (64 + 64) + (64 + 32) + (64 + 32) + (64 + 64) + 2 * (64 + 128) + (128 + 64)
+    assert per_layer == 1024
+    model = tiny_model_dir(tmp_path / "m")
+    assert count_adapter_params(model, LoraConfig(rank=4)) == 4 * per_layer * 2
+    qv = LoraConfig(rank=2, target_modules=["q_proj", "v_proj"])
+    assert count_adapter_params(tiny_lm(), qv) == 2 * ((64 + 64) + (64 + 32)) * 2
+    assert model_shape(model).lora_params(4) == 4 * per_layer * 2  # the analytic count
+    # SmolLM2-135M, rank 16 on all seven projections: 4,884,480 (as peft counts them)
+    per = (576 + 576) + 2 * (576 + 192) + (576 + 576) + 2 * (576 + 1536) + (1536 + 576)
+    assert SMOL.lora_params(16) == 16 * per * 30 == 4_884_480
+
+
+def test_lora_plan_is_smaller_than_full_by_the_frozen_weights_states() -> None:
+    """SmolLM2, rank 16, KL on: LoRA drops 12·P of grads and AdamW moments, the 4·P
+    reference copy and the lm-head gradients, and adds 16·L for the adapter."""
+    fixed = {"update": {"token_budget": 2048}, "actor": {"gradient_checkpointing": False}}
+    full = plan_memory(SMOL, _cfg(kl={"coef": 0.05}, **fixed), max_seq_len=1024,
+                       available=40 * GB)  # fmt: skip
+    lora_cfg = _cfg(kl={"coef": 0.05}, lora={"rank": 16}, **fixed)
+    lora = plan_memory(SMOL, lora_cfg, max_seq_len=1024, available=40 * GB)
+    p, a = SMOL.params, 4_884_480
+    assert full.estimate.static == 16 * p + 4 * p
+    assert lora.estimate.static == 4 * p + 16 * a
+    head_grads = 2.0 * SMOL.vocab * SMOL.hidden * 4  # CPU_CALIBRATION.head_grad_copies = 2
+    assert full.estimate.total - lora.estimate.total == pytest.approx(
+        (20 * p - 4 * p - 16 * a) + head_grads
+    )
+    assert lora.estimate.activations == full.estimate.activations
+    # an exact count (here: q and v only) replaces the all-linear one
+    qv = plan_memory(SMOL, lora_cfg, max_seq_len=1024, available=40 * GB, lora_params=1000)
+    assert qv.estimate.static == 4 * p + 16 * 1000
+    # the "auto" budget has more room with LoRA; at 4 GB only LoRA fits at all
+    auto_full = plan_memory(SMOL, _cfg(), max_seq_len=1024, available=5 * GB)
+    auto_lora = plan_memory(SMOL, _cfg(lora={"rank": 16}), max_seq_len=1024, available=5 * GB)
+    assert auto_full.token_budget < auto_lora.token_budget
+    with pytest.raises(MemoryPlanError):
+        plan_memory(SMOL, _cfg(), max_seq_len=1024, available=4 * GB)
+    small = plan_memory(SMOL, _cfg(lora={"rank": 16}), max_seq_len=1024, available=4 * GB)
+    assert small.token_budget >= 1024
+
+
+def test_a_lora_trainer_plans_with_its_exact_adapter() -> None:
+    cfg = TrainerConfig(lora={"rank": 2, "target_modules": ["q_proj", "v_proj"]})
+    t = Trainer(cfg, tiny_lm())
+    p = sum(x.numel() for x in tiny_lm().parameters())
+    assert t.trainable_params == 2 * ((64 + 64) + (64 + 32)) * 2
+    assert t.memory_plan.estimate.static == 4 * p + 16 * t.trainable_params
+
+
 def test_available_reads_the_cgroup_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "max").write_text("10000000000\n")
     (tmp_path / "cur").write_text("4000000000\n")
