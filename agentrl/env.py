@@ -17,6 +17,7 @@ Sync methods run in a worker thread so they never block the event loop.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 
 from agentrl.types import Action, Message, StepResult
 
-__all__ = ["HOOKS", "Env", "call_maybe_async", "provides"]
+__all__ = ["HOOKS", "Env", "EnvForkError", "call_maybe_async", "fork_problem", "provides"]
 
 HOOKS: tuple[str, ...] = (
     "load_tasks",
@@ -55,6 +56,79 @@ def provides(env: Any, hook: str) -> bool:
         if hook in vars(klass):
             return klass is not Env
     return False
+
+
+class EnvForkError(TypeError):
+    """An env cannot fork (:meth:`Env.fork`); the message names the env and the reason."""
+
+
+def _env_name(cls: type) -> str:
+    name = getattr(cls, "name", None)
+    return f"{name} ({cls.__qualname__})" if name and name != cls.__qualname__ else cls.__qualname__
+
+
+def _children(value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, Mapping):
+        return [(f"[{k!r}]", v) for k, v in value.items()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [(f"[{i}]", v) for i, v in enumerate(value)]
+    attrs = dict(getattr(value, "__dict__", {}))
+    for klass in type(value).__mro__:
+        for slot in getattr(klass, "__slots__", ()):
+            if isinstance(slot, str) and hasattr(value, slot):
+                attrs.setdefault(slot, getattr(value, slot))
+    return [(f".{k}", v) for k, v in attrs.items()]
+
+
+def _uncopyable(value: Any, path: str, depth: int = 4) -> tuple[str, Any, BaseException] | None:
+    """The deepest part of ``value`` (its path, the part, the error) that deepcopy refuses."""
+    try:
+        copy.deepcopy(value)
+    except Exception as e:
+        if depth > 0:
+            for key, child in _children(value):
+                found = _uncopyable(child, path + key, depth - 1)
+                if found is not None:
+                    return found
+        return path, value, e
+    return None
+
+
+def fork_problem(env: type[Env] | Env) -> str | None:
+    """Why ``env`` (a class, or an instance in its current state) cannot fork, or None.
+
+    A run with tree rollouts asks this before it starts and stops with the reason. A class
+    that sets ``forkable`` or overrides :meth:`Env.fork` answers for itself; otherwise an
+    instance is tried with ``copy.deepcopy`` (a class alone: None, decided at the fork).
+
+    Example:
+        >>> import threading
+        >>> class Locked(Env):
+        ...     def __init__(self):
+        ...         self.lock = threading.Lock()
+        >>> print(fork_problem(Locked()))  # doctest: +ELLIPSIS
+        Locked cannot fork: self.lock holds a _thread.lock, which cannot be deep-copied ...
+    """
+    cls = env if isinstance(env, type) else type(env)
+    if cls.forkable is False:
+        return f"{_env_name(cls)} cannot fork: it sets forkable = False"
+    if cls.forkable or provides(cls, "fork") or isinstance(env, type):
+        return None
+    return _copy_problem(env)
+
+
+def _copy_problem(env: Env) -> str | None:
+    cls = type(env)
+    found = _uncopyable(env, "self")
+    if found is None:
+        return None
+    path, part, err = found
+    kind = f"{type(part).__module__}.{type(part).__qualname__}".removeprefix("builtins.")
+    return (
+        f"{_env_name(cls)} cannot fork: {path} holds a {kind}, which cannot be deep-copied "
+        f"({type(err).__name__}: {err}); override {cls.__qualname__}.fork() to copy or "
+        "recreate it (an env holding a sandbox forks it), or set forkable = False"
+    )
 
 
 async def call_maybe_async(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -90,6 +164,10 @@ class Env:
             (``TurnSpan.role``); with ``trainer.lora.per_role`` each role is its own LoRA
             policy over one base, and each turn's request asks for its role's adapter.
             Empty (the default): one part.
+        forkable: Whether :meth:`fork` works for every instance: True (say so, e.g. after
+            overriding it), False (never: a run with tree rollouts stops before it starts,
+            naming the env), None (the default: an env that overrides :meth:`fork` can;
+            otherwise its state is tried, see :func:`fork_problem`).
 
     An env that calls tools exposes them through :meth:`tools`; the AgentLoop runs
     the model's tool calls with them and passes the results in ``Action.tool_results``
@@ -106,6 +184,7 @@ class Env:
     stages: ClassVar[Sequence[Any]] = ()
     process_rewards: ClassVar[bool] = False
     roles: ClassVar[tuple[str, ...]] = ()
+    forkable: ClassVar[bool | None] = None
 
     def reset(
         self, task: Mapping[str, Any], *, seed: int | None = None
@@ -142,6 +221,34 @@ class Env:
             'solver'
         """
         return self.roles[0] if self.roles else ""
+
+    def fork(self) -> Env | Awaitable[Env]:
+        """A copy of this env in its current state, for a branch of a tree rollout.
+
+        The copy continues the episode on its own: whatever one of them does later does
+        not change the other. Called between turns (after :meth:`step`), plain or
+        ``async def``. The default deep-copies the env (``copy.deepcopy``): right for
+        pure-Python state. It refuses (:class:`EnvForkError`, naming the env and the
+        attribute) where the state holds what cannot be copied: a socket, a lock, a file,
+        a sandbox. Override it to copy such an env, e.g. one holding a sandbox::
+
+            async def fork(self):
+                child = copy.copy(self)  # then give it its own copies of what it holds
+                child.history = list(self.history)
+                child.sandbox = await fork_sandbox(self.sandbox)  # agentrl.sandbox
+                return child
+
+        Raises:
+            EnvForkError: The env cannot fork (``forkable = False``, or its state cannot
+                be deep-copied).
+        """
+        if self.forkable is False:
+            raise EnvForkError(f"{_env_name(type(self))} cannot fork: it sets forkable = False")
+        try:
+            return copy.deepcopy(self)
+        except Exception as e:
+            why = _copy_problem(self) or f"{_env_name(type(self))} cannot fork: {e}"
+            raise EnvForkError(why) from e
 
     def tools(self) -> Sequence[Any]:
         """Tools the model may call in this episode (``agentrl.tools.Tool`` objects)."""

@@ -9,18 +9,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxLimits
+from agentrl.sandbox.base import (
+    ExecResult,
+    ForkableSandbox,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    fork_sandbox,
+)
 from agentrl.sandbox.local import LocalSandbox
 from agentrl.sandbox.pool import SandboxPool
 
 __all__ = [
     "SANDBOX_KINDS",
     "ExecResult",
+    "ForkableSandbox",
     "LocalSandbox",
     "Sandbox",
     "SandboxError",
     "SandboxLimits",
     "SandboxPool",
+    "fork_sandbox",
     "make_sandbox",
     "register_sandbox",
 ]

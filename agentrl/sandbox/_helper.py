@@ -485,16 +485,20 @@ def write_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def read_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
-    full = resolve(req["path"])
-    fd = open_regular(full, req["path"], os.O_RDONLY)
+def read_regular(full: str, shown: str) -> str:
+    """The bytes of the regular file ``full``, base64-encoded (see :func:`open_regular`)."""
+    fd = open_regular(full, shown, os.O_RDONLY)
     try:
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return {"ok": True, "data": base64.b64encode(b"".join(chunks)).decode()}
+    return base64.b64encode(b"".join(chunks)).decode()
+
+
+def read_file(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True, "data": read_regular(resolve(req["path"]), req["path"])}
 
 
 def reset(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -508,8 +512,74 @@ def reset(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
+def snapshot(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Every directory, regular file and symlink under the scratch directories, in order
+    (parents first), for a fork. No process survives a call, so there is none to copy;
+    FIFOs and sockets are left out, hard links become separate files."""
+    entries: list[dict[str, Any]] = []
+    stack = [top for top in reversed(SCRATCH)]
+    while stack:  # (no recursion: a deep tree must not exhaust the helper's stack)
+        with os.scandir(stack.pop()) as it:
+            found = sorted(it, key=lambda e: e.name)
+        subdirs = []
+        for e in found:
+            st = e.stat(follow_symlinks=False)
+            mode, mtime = stat.S_IMODE(st.st_mode), st.st_mtime_ns
+            if stat.S_ISLNK(st.st_mode):
+                entries.append({"p": e.path, "t": "l", "to": os.readlink(e.path)})
+            elif stat.S_ISDIR(st.st_mode):
+                entries.append({"p": e.path, "t": "d", "m": mode, "mt": mtime})
+                subdirs.append(e.path)
+            elif stat.S_ISREG(st.st_mode):
+                data = read_regular(e.path, e.path)
+                entries.append({"p": e.path, "t": "f", "m": mode, "mt": mtime, "data": data})
+        stack.extend(reversed(subdirs))
+    return {"ok": True, "entries": entries}
+
+
+def in_scratch(path: str) -> bool:
+    norm = os.path.normpath(path)
+    return norm == path and any(path.startswith(top + "/") for top in SCRATCH)
+
+
+def restore(req: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Recreates a :func:`snapshot` in this (fresh) sandbox, owned by its uid. Symlinks are
+    made last, so no path written here passes through one."""
+    uid, gid = cfg["uid"], cfg["gid"]
+    entries = req["entries"]
+    for e in entries:
+        if not in_scratch(e["p"]):
+            raise PathError(f"fork entry {e['p']!r} is outside the scratch directories")
+    for e in entries:
+        if e["t"] == "d":
+            os.mkdir(e["p"], 0o700)
+            os.chown(e["p"], uid, gid)
+        elif e["t"] == "f":
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            fd = os.open(e["p"], flags, 0o600)
+            try:
+                view = memoryview(base64.b64decode(e["data"]))
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchown(fd, uid, gid)
+                os.fchmod(fd, e["m"] & 0o777)
+                os.utime(fd, ns=(e["mt"], e["mt"]))
+            finally:
+                os.close(fd)
+    for e in entries:
+        if e["t"] == "l":
+            os.symlink(e["to"], e["p"])
+            os.lchown(e["p"], uid, gid)
+    for e in reversed(entries):  # after their contents: a read-only dir, its mtime
+        if e["t"] == "d":
+            os.chmod(e["p"], e["m"] & 0o1777)
+            os.utime(e["p"], ns=(e["mt"], e["mt"]))
+    return {"ok": True}
+
+
 def serve(inp: Any, out: Any, cfg: dict[str, Any]) -> None:
     ops = {"exec": run, "write": write_file, "read": read_file, "reset": reset}
+    ops.update(snapshot=snapshot, restore=restore)
     ops["ping"] = lambda req, cfg: {"ok": True}
     while True:
         req = read_frame(inp)

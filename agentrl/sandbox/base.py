@@ -10,10 +10,12 @@ __all__ = [
     "LANGUAGES",
     "WORKDIR",
     "ExecResult",
+    "ForkableSandbox",
     "Sandbox",
     "SandboxError",
     "SandboxLimits",
     "code_argv",
+    "fork_sandbox",
     "workdir_path",
 ]
 
@@ -140,3 +142,37 @@ class Sandbox(Protocol):
     async def read_file(self, path: str) -> bytes:
         """Reads a file from inside the working directory."""
         ...
+
+
+@runtime_checkable
+class ForkableSandbox(Sandbox, Protocol):
+    """A Sandbox that can fork: the extension a tree rollout needs of its env's sandbox.
+
+    ``fork()`` is not a member of :class:`Sandbox` itself, so every existing sandbox (and
+    test double) still satisfies that protocol; callers fork through :func:`fork_sandbox`,
+    which refuses, naming the class, for a sandbox without it.
+    """
+
+    async def fork(self) -> Sandbox:
+        """A new, started sandbox whose files are a copy of this one's now.
+
+        The two diverge from then on: writes in either are not seen by the other. No
+        process survives a call, so there is none to copy. The caller owns the child and
+        closes it (``async with``); closing one leaves the other running.
+        """
+        ...
+
+
+async def fork_sandbox(sandbox: Sandbox) -> Sandbox:
+    """``await sandbox.fork()`` where the sandbox can fork.
+
+    Raises:
+        SandboxError: The sandbox's class defines no ``fork()`` (the message names it),
+            or the fork failed (nothing of the child is left running).
+    """
+    if not isinstance(sandbox, ForkableSandbox):
+        raise SandboxError(
+            f"{type(sandbox).__qualname__} cannot fork: it defines no fork() (tree rollouts "
+            "branch an episode's sandbox; LocalSandbox can fork)"
+        )
+    return await sandbox.fork()

@@ -61,6 +61,7 @@ _DEFAULT_LIMITS = SandboxLimits()
 _UID_RANGE = (1_000_000, 2_000_000_000)
 _uids_in_use: set[int] = set()
 _SETUP_TIMEOUT_S = 30.0
+_FORK_TIMEOUT_S = 120.0  # each of: copying the parent's files out, writing the child's
 _REPLY_GRACE_S = 10.0
 
 
@@ -362,6 +363,39 @@ class LocalSandbox:
         and sockets are ValueError (they are never opened in a way that could block)."""
         reply = await self._request({"op": "read", "path": workdir_path(path)})
         return base64.b64decode(reply["data"])
+
+    async def fork(self) -> LocalSandbox:
+        """A new, started sandbox whose files are a copy of this one's now.
+
+        Copied: everything under ``/workspace``, ``/tmp`` and ``/dev/shm`` (directories,
+        regular files with their modes and mtimes, symlinks; FIFOs and sockets are left out,
+        hard links become separate files), owned by the child's own uid. No process
+        survives a call, so there is none to copy. The child has the same limits, binds and
+        environment, and its own helper, uid and cgroups: from here on the two diverge.
+        The caller owns the child (``async with child:``). Cost: a fresh sandbox plus the
+        files through the helpers' pipes (``benchmarks/sandbox_fork.py``).
+
+        Raises:
+            SandboxError: This sandbox is closed or dead, or the copy failed (the child is
+                closed then).
+        """
+        if self._closed or self._dead is not None:
+            raise SandboxError(f"cannot fork a closed sandbox ({self._dead or 'closed'})")
+        snap = await self._request({"op": "snapshot"}, _FORK_TIMEOUT_S)
+        child = LocalSandbox(
+            self.limits, workdir_root=self._workdir_root, ro_binds=self._ro_binds, env=self._env
+        )
+        try:
+            await child.start()
+            await child._request({"op": "restore", "entries": snap["entries"]}, _FORK_TIMEOUT_S)
+        except BaseException:
+            await child.close()
+            raise
+        return child
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LocalSandbox:
+        # An env's default fork deep-copies its state: a copy would share this live helper.
+        raise TypeError("a LocalSandbox is a live process; fork it with `await sandbox.fork()`")
 
     async def healthy(self, timeout_s: float = 5.0) -> bool:
         """Whether the helper answers a ping within ``timeout_s``."""

@@ -42,7 +42,9 @@ class AdvantageConfig(_Section):
     estimator: str = Field(
         default="grpo",
         description="Advantage estimator: gae, grpo, dr_grpo, rloo, reinforce_pp, "
-        "reinforce_pp_baseline (or any name registered in ADVANTAGE_ESTIMATORS).",
+        "reinforce_pp_baseline, tree_grpo (tree rollouts: each turn credited by its subtree "
+        "against its siblings; grpo without a tree) or any name registered in "
+        "ADVANTAGE_ESTIMATORS.",
     )
     gamma: float = Field(
         default=1.0,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.trainer.algo.tree import tree_advantages
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AdvantageInputs",
@@ -48,6 +50,8 @@ class AdvantageInputs:
             config (``trainer.advantage.supervision``), never from the reward values.
         penalty_BR: In-reward KL penalty β·KL_t per token (subtracted from the rewards);
             grpo adds an episode's total penalty to its outcome, the last turn's step.
+        node_BR: Tree node id of each model token (tree_grpo; -1 on padding), unique
+            across the batch; None: every episode is its own node (no tree).
     """
 
     rewards_BR: torch.Tensor
@@ -61,6 +65,7 @@ class AdvantageInputs:
     eps: float = 1e-6
     process: bool = False
     penalty_BR: torch.Tensor | None = None
+    node_BR: torch.Tensor | None = None
 
     def net_rewards_BR(self) -> torch.Tensor:
         """Rewards less the in-reward KL penalty, per token."""
@@ -283,6 +288,40 @@ def _reinforce_pp_baseline(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tens
     return (G_BR - mean_B[:, None]) * x.mask_BR, G_BR
 
 
+def _outcome(x: AdvantageInputs) -> torch.Tensor:
+    # Each episode's total, float64, summed as grpo's outcome step (turns, penalty on the last).
+    step_BK, has_BK, _ = turn_step_rewards(x.rewards_BR, x.mask_BR, x.turn_BR)
+    if x.penalty_BR is not None:
+        k_K = torch.arange(step_BK.shape[1], device=step_BK.device)
+        last_B = torch.where(has_BK, k_K[None, :], -1).amax(-1)
+        pen_B = (x.penalty_BR * x.mask_BR).to(torch.float64).sum(-1)
+        step_BK = step_BK - torch.where(k_K[None, :] == last_B[:, None], pen_B[:, None], 0.0)
+    return step_BK.sum(-1)
+
+
+def _tree_grpo(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tree credit (``trainer/algo/tree.py``): each turn's advantage is its node's mean leaf
+    outcome against its parent's (the root: the group mean), over grpo's group std, then
+    discounted by γ^(last turn - turn) as grpo's outcome mode. Outcome only: a leaf's
+    outcome is its total reward (turn rewards and in-reward KL penalty included). Without
+    ``node_BR`` every episode is one node and this is grpo's outcome mode.
+    """
+    G_BR = returns_to_go(x.net_rewards_BR(), x.mask_BR, x.turn_BR, x.gamma)
+    R_B = _outcome(x)
+    mean_B, std_B, _, _ = group_stats(R_B, x.group_B)
+    B = x.mask_BR.shape[0]
+    node_BR = x.node_BR
+    if node_BR is None:  # one node per episode
+        node_BR = torch.arange(B, device=x.mask_BR.device)[:, None].expand_as(x.mask_BR)
+    adv_BR = tree_advantages(
+        R_B, node_BR, x.mask_BR, mean_B, std_B, norm_by_std=x.norm_by_std, eps=x.eps
+    )
+    if x.gamma != 1.0:
+        t_BR = torch.where(x.mask_BR > 0, x.turn_BR, torch.zeros_like(x.turn_BR)).to(torch.float64)
+        adv_BR = adv_BR * x.gamma ** (t_BR.amax(-1, keepdim=True) - t_BR)
+    return adv_BR.to(x.rewards_BR.dtype) * x.mask_BR, G_BR
+
+
 def _gae(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     if x.values_BR is None:
         raise ValueError("estimator 'gae' needs critic values")
@@ -292,6 +331,7 @@ def _gae(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "gae": Estimator(_gae, whiten_by_default=True, needs_critic=True),
     "grpo": Estimator(_grpo, whiten_by_default=False),
+    "tree_grpo": Estimator(_tree_grpo, whiten_by_default=False),
     "dr_grpo": Estimator(_dr_grpo, whiten_by_default=False),
     "rloo": Estimator(_rloo, whiten_by_default=False),
     "reinforce_pp": Estimator(_reinforce_pp, whiten_by_default=True),

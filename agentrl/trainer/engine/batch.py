@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.trainer.engine.tree_nodes import node_BR as tree_node_BR
 from agentrl.types import Trajectory
 
 __all__ = [
@@ -55,6 +56,9 @@ class Batch:
             None: 0..L_b-1 for every row.
         roles_BR: Under ``trainer.lora.per_role``, the role (index into
             ``trainer.lora.roles``) of each model token, -1 on padding; else None.
+        node_BR: When some episode is a leaf of a tree rollout (``tree_nodes.tree_node_ids``),
+            the tree node of each model token, unique across the batch (an episode
+            outside a tree is one node of its own), -1 on padding; else None.
     """
 
     ids: list[torch.Tensor]
@@ -71,6 +75,7 @@ class Batch:
     episode_ids: list[str]
     positions: list[torch.Tensor] | None = None
     roles_BR: torch.Tensor | None = None
+    node_BR: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -160,6 +165,7 @@ def build_batch(
             if any(t.sample_starts for t in trajectories)
             else None
         ),
+        node_BR=tree_node_BR(trajectories, positions, R),
     )
 
 

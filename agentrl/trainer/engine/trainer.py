@@ -356,6 +356,7 @@ class Trainer:
                 a.eps,
                 process=a.supervision == "process",  # auto unresolved (no env): outcome
                 penalty_BR=penalty,
+                node_BR=batch.node_BR,
             ),
             a.whiten,
         )
