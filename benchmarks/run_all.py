@@ -50,6 +50,7 @@ BENCHMARKS = [
     "benchmarks.scale_episodes",
     "benchmarks.make_train",
     "benchmarks.vs_trl",
+    "benchmarks.lora_vs_full",
 ]
 
 # Arguments of the full run (``make bench``).
@@ -81,6 +82,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.scale_episodes": ["--quick"],
     "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
     "benchmarks.vs_trl": ["--quick"],
+    "benchmarks.lora_vs_full": ["--quick"],
 }
 
 

@@ -229,7 +229,9 @@ def test_per_role_step_samples_and_pushes_one_adapter_per_role(
 
 def test_a_lora_run_resumes_on_its_checkpointed_adapter(lora_fleet, untrained_model_dir, tmp_path):
     """Step 1 with adapter serving, the run ends; `--resume` to step 2 hot-loads the
-    checkpoint's adapter as a new version first, and step 2's episodes carry that label."""
+    checkpoint's adapter first (an adapter-sized sync), step 2's episodes carry that
+    version, and step 2's own adapter is hot-loaded after it. (That the checkpoint holds
+    the adapter bit for bit: test_trainer_lora.py.)"""
     import json
     import subprocess
     import sys
@@ -270,14 +272,17 @@ def test_a_lora_run_resumes_on_its_checkpointed_adapter(lora_fleet, untrained_mo
     lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
     assert [m["step"] for m in lines] == [1, 2], lines
     assert all(m["sync/bytes"] < 1e6 for m in lines), lines  # the adapter, not the model
-    loaded = int(lines[0]["weight_version"]) + 1  # the resume's push of the checkpoint
+    # In sync mode a step's line carries the version after its own push; the one before
+    # step 2's is the resume's push of the checkpoint's adapter (versions restart with the
+    # run's sync, as with full weights).
+    pushed = int(lines[1]["weight_version"])
     versions = {
         v
         for t in read_trajectories(run / "trajectories" / "step_000002.parquet")
         for v, m in zip(t.weight_versions, t.loss_mask, strict=True)
         if m
     }
-    assert versions == {loaded}, versions
+    assert versions == {pushed - 1}, (versions, pushed)
     models = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}
-    assert f"policy-v{loaded + 1}" in models, models  # step 2's own push
+    assert f"policy-v{pushed}" in models, models  # step 2's own push, hot-loaded
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
