@@ -9,6 +9,8 @@ import asyncio
 import dataclasses
 import random
 import shutil
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -286,3 +288,55 @@ def test_a_lora_run_resumes_on_its_checkpointed_adapter(lora_fleet, untrained_mo
     models = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]}
     assert f"policy-v{pushed}" in models, models  # step 2's own push, hot-loaded
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+
+
+def test_fully_async_with_partial_rollouts_trains_on_labelled_adapters(
+    lora_fleet, untrained_model_dir, tmp_path
+):
+    """`fully_async` with partial rollouts and adapter serving: two steps, each trained
+    on tokens labelled with adapter versions the run pushed, within the staleness bound,
+    every sync adapter-sized."""
+    from agentrl.reporting.run_dir import RunDir, read_trajectories
+
+    url = lora_fleet.urls[0]
+    args = {
+        "model.path": str(untrained_model_dir),
+        "inference.urls": f'["{url}"]',
+        "output_dir": str(tmp_path),
+        "run_name": "async",
+        "rollout.tasks_per_step": 2,
+        "rollout.group_size": 2,
+        "rollout.max_turns": 2,
+        "rollout.max_tokens_per_turn": 12,
+        "rollout.max_total_tokens": 384,
+        "env_kwargs.worked_examples": 0,
+        "orchestration.mode": "fully_async",
+        "orchestration.max_staleness": 1,
+        "orchestration.partial_rollout": "true",
+        "eval.num_tasks": 1,
+        "eval.every": 0,
+        "trainer.lora.rank": 4,
+        "trainer.optim.lr": 1e-2,
+        "wandb": "disabled",
+        "steps": 2,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "train", "--env", "retool",
+         *(f"{k}={v}" for k, v in args.items())],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = tmp_path / "async"
+    lines = [m for m in RunDir(run).metrics() if m["kind"] == "train"]
+    assert [m["step"] for m in lines] == [1, 2], lines
+    # overlap_push: a step's line is written while its own push runs, so it carries the
+    # size of the push before it (none on step 1)
+    sizes = [m["sync/bytes"] for m in lines if "sync/bytes" in m]
+    assert sizes and all(0 < b < 1e6 for b in sizes), lines  # the adapter, not the model
+    for m in lines:
+        assert m["staleness/max"] <= 1 + 1, m  # measured after the step's own push
+        trajs = read_trajectories(run / "trajectories" / f"step_{int(m['step']):06d}.parquet")
+        labels = {
+            v for t in trajs for v, k in zip(t.weight_versions, t.loss_mask, strict=True) if k
+        }
+        assert labels and labels <= set(range(int(m["weight_version"]))), (labels, m)
