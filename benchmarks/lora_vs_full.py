@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import report
+from benchmarks.report import record, report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results.json"
@@ -172,21 +170,6 @@ async def serving(model_dir: str, adapter_dir: Path, rank: int) -> dict[str, flo
     return {"base_tok_s": base, "adapter_tok_s": lora}
 
 
-def save(entry: dict[str, Any]) -> None:
-    """Merges ``entry`` into benchmarks/results.json under ``lora_vs_full``."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    data["lora_vs_full"] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        **entry,
-    }
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=3)
@@ -222,7 +205,7 @@ def main() -> None:
         "ratios": rat, "serving": serve, "benchmark_s": time.monotonic() - t0,
     }  # fmt: skip
     if not a.quick:
-        save(entry)
+        record("lora_vs_full", entry)
     print(table(entry))
     print(f"benchmark {entry['benchmark_s']:.0f} s")
     full, lora = rows["full"], rows["lora"]

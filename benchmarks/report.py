@@ -16,8 +16,12 @@ Run: ``python -m benchmarks.report [--merge RUN_JSON] [--results PATH]``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
+import os
+import platform
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
@@ -242,6 +246,25 @@ def merge(run: dict[str, Any], data: dict[str, dict[str, Any]]) -> list[str]:
         data[b["benchmark"]] = entry
         done.append(b["benchmark"])
     return done
+
+
+def record(name: str, entry: dict[str, Any], results: Path = RESULTS) -> None:
+    """Stores ``entry`` (a benchmark's own figures) in ``results`` under ``name``, with the
+    date, the commit and the machine."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=results.parent,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    data = json.loads(results.read_text()) if results.is_file() else {}
+    data[name] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        **entry,
+    }
+    results.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

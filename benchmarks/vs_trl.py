@@ -32,10 +32,8 @@ Run: ``python -m benchmarks.vs_trl [--seeds N] [--steps N] [--quick] [--table]``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import report
+from benchmarks.report import record, report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results.json"
@@ -221,21 +219,6 @@ def run_one(framework: str, a: argparse.Namespace, seed: int) -> dict[str, float
     return row
 
 
-def save(entry: dict[str, Any]) -> None:
-    """Merges ``entry`` into benchmarks/results.json under ``vs_trl``."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    data["vs_trl"] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        **entry,
-    }
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1; figures are medians")
@@ -274,7 +257,7 @@ def main() -> None:
         "benchmark_s": time.monotonic() - t0, "machine_peak_gb": a.peak_machine / 2**30,
     }  # fmt: skip
     if not a.quick:
-        save(entry)
+        record("vs_trl", entry)
     print(table(entry))
     print("Differences in what each computes:\n" + "\n".join(f"- {d}" for d in DIFFERENCES))
     print(f"benchmark {entry['benchmark_s']:.0f} s; machine peak {entry['machine_peak_gb']:.1f} GB")

@@ -44,6 +44,7 @@ from agentrl.inference.router import Router, ServerState
 from agentrl.inference.weight_sync import (
     PauseMode,
     SyncReport,
+    await_recovery,
     control_client,
     new_weights_dir,
     remove_weights_dir,
@@ -237,14 +238,8 @@ class AdapterSync:
         return SyncReport(version, time.monotonic() - t0, write_s, loads, size), errors, servers
 
     async def _await_recovery(self, version: int, error: str) -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < self.recover_timeout_s:
-            if any(s.healthy and s.weight_version >= version for s in self.router.servers):
-                return
-            await asyncio.sleep(0.25)
-        raise LLMError(
-            f"adapter sync v{version} failed on every server ({error}) and no server came "
-            f"back with it within {self.recover_timeout_s:.0f} s"
+        await await_recovery(
+            self.router, version, self.recover_timeout_s, "adapter sync", error, new="adapters"
         )
 
     async def load_current(self, server: ServerState) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "PauseMode",
     "SyncReport",
     "WeightSync",
+    "await_recovery",
     "control_client",
     "new_weights_dir",
     "remove_weights_dir",
@@ -154,6 +155,28 @@ def _keyed(client: Any, headers: Mapping[str, str]) -> Any:
     return client
 
 
+async def await_recovery(
+    router: Router, version: int, timeout_s: float, what: str, error: str, *, new: str
+) -> None:
+    """Waits up to ``timeout_s`` for a healthy server at ``version`` or newer (a fleet's
+    recovery loads the current weights into a restarted server) after a push no server
+    took.
+
+    Raises:
+        LLMError: None came back in time; names ``what`` failed, ``error`` and the
+            ``new`` things it waited for.
+    """
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if any(s.healthy and s.weight_version >= version for s in router.servers):
+            return
+        await asyncio.sleep(0.25)
+    raise LLMError(
+        f"{what} v{version} failed on every server ({error}) and no server came back "
+        f"with the new {new} within {timeout_s:.0f} s"
+    )
+
+
 class WeightSync:
     """Pushes weights to a fleet's servers through shared memory (CPU path).
 
@@ -217,14 +240,8 @@ class WeightSync:
         return report
 
     async def _await_recovery(self, version: int, error: str) -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < self.recover_timeout_s:
-            if any(s.healthy and s.weight_version >= version for s in self.router.servers):
-                return
-            await asyncio.sleep(0.25)
-        raise LLMError(
-            f"weight sync v{version} failed on every server ({error}) and no server came "
-            f"back with the new weights within {self.recover_timeout_s:.0f} s"
+        await await_recovery(
+            self.router, version, self.recover_timeout_s, "weight sync", error, new="weights"
         )
 
     async def _push_locked(
