@@ -10,11 +10,11 @@ STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST_ARGS ?=
 # The unit tier runs on this many pytest-xdist workers. The integration tier (real vLLM
 # servers, Docker) runs in two phases: first on INTEGRATION_WORKERS workers, each pinned to
-# its own share of the CPUs (tests/conftest.py) and taking whole modules (loadgroup; the
-# two-server fleet's tests together), then the chaos suite and the `serial` tests alone.
+# its own share of the CPUs (tests/conftest.py) and taking whole modules (loadscope with
+# tests/conftest.py's scopes: the two-server fleet's modules together, the Ray modules too), then the chaos suite and the `serial` tests alone.
 UNIT_WORKERS ?= 2
 INTEGRATION_WORKERS ?= 2
-PARALLEL_IT := AGENTRL_TEST_PIN_WORKERS=1 $(BIN)/pytest -n $(INTEGRATION_WORKERS) --dist loadgroup \
+PARALLEL_IT := AGENTRL_TEST_PIN_WORKERS=1 $(BIN)/pytest -n $(INTEGRATION_WORKERS) --dist loadscope \
 	-m "integration and not chaos and not serial" $(PYTEST_ARGS)
 
 .PHONY: install install-run lint typecheck docker unit integration test gpu-test train bench clean

@@ -47,6 +47,42 @@ def _pin_xdist_worker() -> None:
         sys.modules["torch"].set_num_threads(len(mine))
 
 
+# ---- make test's parallel integration phase: whole modules per worker -----------------
+# Modules whose tests must share one worker with other modules' (one two-server `fleet`
+# per session; one Ray cluster at a time).
+_SHARED_SCOPES = {
+    "tests/integration/test_examples.py": "fleet",
+    "tests/integration/test_inference_fleet.py": "fleet",
+    "tests/integration/test_ray_multinode.py": "ray",
+    "tests/integration/test_ray_placement.py": "ray",
+}
+
+
+def integration_scope(nodeid: str) -> str:
+    """The unit of work of one xdist worker: a test module, or its shared group.
+
+    (pytest-xdist 3.8's ``loadgroup`` suffixes ``item._nodeid``, which pytest 9 no longer
+    reads, so its groups silently fell apart test by test; this scheduler groups by the
+    node id the controller sees.)
+    """
+    path = nodeid.split("::", 1)[0]
+    return _SHARED_SCOPES.get(path, path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with :func:`integration_scope` as the scope (make test's
+    parallel integration phase)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return integration_scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _leak_check
     from tests.leak_check import MARK_ENV, LeakCheck

@@ -23,17 +23,6 @@ from agentrl.models.tiny import TinyRecipe, ensure_tiny_model
 UNTRAINED = TinyRecipe(steps=0, copy_steps=0, num_demos=0, max_position_embeddings=4096)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup`` (make test's parallel phase): a module's
-    tests run on one worker (its module fixtures start once), and every test of the
-    two-server ``fleet`` on one worker, so the session starts one fleet, not one per worker."""
-    for item in items:
-        if item.get_closest_marker("integration") and not item.get_closest_marker("xdist_group"):
-            fixtures = getattr(item, "fixturenames", ())
-            group = "fleet" if "fleet" in fixtures else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 def _need_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
         pytest.fail("integration tests need vLLM (pip install -e '.[cpu]')")

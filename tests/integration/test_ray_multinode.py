@@ -24,8 +24,7 @@ import pytest
 from agentrl import Env, Message, StepResult
 from agentrl.inference.auth import is_loopback
 
-# One Ray test module at a time in the parallel phase: each starts its own cluster.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.integration]  # one Ray module at a time: tests/conftest.py
 
 MB = 1024 * 1024
 HERE = Path(__file__).resolve()

@@ -10,8 +10,7 @@ import pytest
 
 from agentrl.types import Trajectory
 
-# One Ray test module at a time in the parallel phase: each starts its own cluster.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.integration]  # one Ray module at a time: tests/conftest.py
 
 
 @pytest.fixture(scope="module")
