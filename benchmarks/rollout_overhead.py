@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
 import sys
 import time
 
@@ -27,7 +25,9 @@ from agentrl import Env, Message, StepResult
 from agentrl.models.tokenizer import build_tokenizer
 from agentrl.rollout import AgentLoop, LoopConfig, RolloutRunner
 from agentrl.testing.scripted_server import RandomPolicy, ScriptedLLM
+from benchmarks.local_http import start_http
 from benchmarks.report import report
+from benchmarks.stats import cpu_seconds
 
 
 class EightTurns(Env):
@@ -74,40 +74,6 @@ async def _measure(loop: AgentLoop, episodes: int, turns: int) -> dict[str, floa
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_server(vocab: int, eos: int) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    port = _free_port()
-    srv = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "agentrl.testing.scripted_server", "--port", str(port)),
-            *("--vocab", str(vocab), "--eos", str(eos), "--min-len", "8", "--max-len", "24"),
-        ]
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(400):
-        try:
-            httpx.get(url + "/health", timeout=1).raise_for_status()
-            return srv, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    srv.kill()
-    raise RuntimeError("scripted server did not start")
-
-
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _http(url: str, tok: object, cfg: LoopConfig, episodes: int, turns: int) -> dict:
     from agentrl.inference.client import CompletionsClient
 
@@ -122,11 +88,18 @@ def run(episodes: int, turns: int) -> None:
     policy = RandomPolicy(vocab_size=vocab, eos_id=tok.eos_token_id, min_len=8, max_len=24)
     loop = AgentLoop(ScriptedLLM(policy), tok, cfg)
     res = {"in-process": asyncio.run(_measure(loop, episodes, turns))}
-    srv, url = _start_server(vocab, tok.eos_token_id)
+    srv, url = start_http(
+        lambda port: [
+            *(sys.executable, "-m", "agentrl.testing.scripted_server", "--port", str(port)),
+            *("--vocab", str(vocab), "--eos", str(tok.eos_token_id)),
+            *("--min-len", "8", "--max-len", "24"),
+        ],
+        timeout_s=20.0,
+    )
     try:
-        server0 = _proc_cpu(srv.pid)
+        server0 = cpu_seconds(srv.pid)
         res["http"] = asyncio.run(_http(url, tok, cfg, episodes, turns))
-        server_share = (_proc_cpu(srv.pid) - server0) / res["http"]["wall_s"]
+        server_share = (cpu_seconds(srv.pid) - server0) / res["http"]["wall_s"]
     finally:
         srv.terminate()
         srv.wait(10)

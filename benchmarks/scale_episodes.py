@@ -31,7 +31,6 @@ import asyncio
 import gc
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from typing import Any
 
 from agentrl import Action, Env, Message, StepResult
 from agentrl.tools import tool
+from benchmarks.local_http import start_http
 from benchmarks.report import report
 from benchmarks.stats import after_warmup, rss_bytes, slope
 
@@ -97,27 +97,6 @@ def serve(port: int) -> None:
     asyncio.run(uvicorn.Server(config).serve())
 
 
-def _start_server() -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    cmd = [sys.executable, "-m", "benchmarks.scale_episodes", "--serve", str(port)]
-    srv = subprocess.Popen(cmd)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            httpx.get(url + "/health", timeout=1).raise_for_status()
-            return srv, url
-        except httpx.HTTPError:
-            if srv.poll() is not None:
-                break
-            time.sleep(0.05)
-    srv.kill()
-    raise RuntimeError(f"the scripted server did not start on {url}")
-
-
 def unexpected(traj: Any) -> str | None:
     """Why an episode did not end as this env's scripted one must, or None."""
     if str(traj.stop_reason) != "done" or traj.error:
@@ -161,7 +140,9 @@ async def run(
 
     tok = build_tokenizer(seed=0)
     cfg = LoopConfig(max_turns=4, max_total_tokens=4096, max_tokens_per_turn=128)
-    srv, url = _start_server()
+    srv, url = start_http(
+        lambda port: [sys.executable, "-m", "benchmarks.scale_episodes", "--serve", str(port)]
+    )
     samples: list[tuple[int, int]] = []
     why: Counter[str] = Counter()
     traj_bytes = 0

@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.rollout import LoopConfig
+from benchmarks.local_http import start_http
 from benchmarks.report import report
 from benchmarks.stats import cpu_seconds, percentile, rss_bytes
 
@@ -297,36 +297,18 @@ def lost_sessions(sessions: list[dict[str, Any]], expected: int, turns: int) -> 
     return {k: v for k, v in why.items() if v}
 
 
-def _start_backend(vocab: int, eos: int) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    cmd = [
-        *(sys.executable, "-m", "agentrl.testing.scripted_server", "--port", str(port)),
-        *("--vocab", str(vocab), "--eos", str(eos), "--min-len", "4", "--max-len", "16"),
-    ]
-    srv = subprocess.Popen(cmd)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            httpx.get(url + "/health", timeout=1).raise_for_status()
-            return srv, url
-        except httpx.HTTPError:
-            if srv.poll() is not None:
-                break
-            time.sleep(0.05)
-    srv.kill()
-    raise RuntimeError(f"the scripted server did not start on {url}")
-
-
 async def run(sessions: int, turns: int, timeout_s: float) -> dict[str, Any]:
     """The whole measurement; the subprocesses it starts are gone when it returns."""
     from agentrl.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer(seed=0)
-    backend, url = _start_backend(len(tok) - 16, tok.eos_token_id)
+    vocab, eos = len(tok) - 16, tok.eos_token_id
+    backend, url = start_http(
+        lambda port: [
+            *(sys.executable, "-m", "agentrl.testing.scripted_server", "--port", str(port)),
+            *("--vocab", str(vocab), "--eos", str(eos), "--min-len", "4", "--max-len", "16"),
+        ]
+    )
     proc = None
     try:
         proc = await asyncio.create_subprocess_exec(
