@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from agentrl.config.ray import RayConfig
 from agentrl.config.sections import (
@@ -149,6 +149,15 @@ class RunConfig(Strict):
         for rule in value:
             parse_rule(rule)  # a bad rule is a config error before anything starts
         return value
+
+    @model_validator(mode="after")
+    def _trainer_scores_at_the_sampling_temperature(self) -> Self:
+        """``trainer.actor.temperature`` left unset follows ``rollout.temperature`` (> 0):
+        the trainer's logprobs must be those of the distribution vLLM sampled from."""
+        actor = self.trainer.actor
+        if "temperature" not in actor.model_fields_set and self.rollout.temperature > 0:
+            actor.temperature = self.rollout.temperature
+        return self
 
     @field_validator("trainer", mode="before")
     @classmethod

@@ -396,7 +396,8 @@ class ActorConfig(_Section):
     temperature: float = Field(
         default=1.0,
         gt=0.0,
-        description="Sampling temperature; logits are divided by it (match rollout).",
+        description="Sampling temperature; logits are divided by it. Unset in a run config: "
+        "rollout.temperature (the trainer scores what vLLM sampled).",
     )
     fsdp: Literal["auto", "always"] = Field(
         default="auto",

@@ -140,3 +140,14 @@ def test_doctor_config_takes_an_env_and_prints_its_preset():
     printed = yaml.safe_load(res.output)
     assert printed["model"]["path"] == "smollm2-135m" and printed["steps"] == 2
     assert printed["env_kwargs"] == {"worked_examples": 3}
+
+
+def test_the_trainer_scores_at_the_rollout_temperature_unless_told_otherwise() -> None:
+    from agentrl.config.run import RunConfig
+
+    follows = RunConfig.model_validate({"rollout": {"temperature": 0.7}})
+    assert follows.trainer.actor.temperature == 0.7
+    told = {"rollout": {"temperature": 0.7}, "trainer": {"actor": {"temperature": 1.3}}}
+    assert RunConfig.model_validate(told).trainer.actor.temperature == 1.3
+    greedy = RunConfig.model_validate({"rollout": {"temperature": 0.0}})
+    assert greedy.trainer.actor.temperature == 1.0  # 0 cannot divide logits
