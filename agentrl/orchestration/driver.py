@@ -350,6 +350,9 @@ class Driver:
         for key in ("tool_time_s", "generate_time_s", "env_time_s"):
             total = sum(t.metrics.get(key, 0.0) for t in trajs)
             out[f"episode_sum/{key}"] = total
+        for key in sorted({k for t in trajs for k in t.metrics}):  # the env's own, e.g. swe_*
+            values = [t.metrics[key] for t in trajs if key in t.metrics]
+            out[f"episode_mean/{key}"] = sum(values) / len(values)
         out.update(reward_model_metrics(trajs))  # reward/rm_* when a reward model scored
         segments = sum(t.metrics.get("gateway/segments", 0.0) for t in trajs)
         if segments:  # bring-your-own agents: samples, and how many a rewritten history added

@@ -359,9 +359,9 @@ class DockerSandbox:
                 workdir=WORKDIR, environment=req.env or None,
             )  # fmt: skip
             sock = api.exec_start(ex["Id"], socket=True)
-        except docker.errors.APIError as e:
+        except (docker.errors.APIError, OSError) as e:  # OSError: the engine went away
             self.dead = True
-            raise SandboxError(f"exec failed in sandbox: {e}") from e
+            raise SandboxError(f"exec failed in sandbox: {type(e).__name__}: {e}") from e
         raw = getattr(sock, "_sock", sock)
         bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         dropped = {1: 0, 2: 0}
@@ -378,7 +378,11 @@ class DockerSandbox:
                 sock.close()
         code = None
         for _ in range(50):
-            info = api.exec_inspect(ex["Id"])
+            try:
+                info = api.exec_inspect(ex["Id"])
+            except (docker.errors.APIError, OSError) as e:
+                self.dead = True
+                raise SandboxError(f"exec status unknown: {type(e).__name__}: {e}") from e
             if not info.get("Running") and info.get("ExitCode") is not None:
                 code = int(info["ExitCode"])
                 break

@@ -9,6 +9,7 @@ from .grader import Grader, GraderError, GradeResult
 from .loader import DATA_DIR, as_task, builtin_tasks, from_swebench, load_tasks, parse_task
 from .patch import PatchError, filter_patch, split_patch
 from .task import DEFAULT_PROTECTED, SweTask, TaskFormatError
+from .workspace import SandboxLostError
 
 __all__ = [
     "DATA_DIR",
@@ -21,6 +22,7 @@ __all__ = [
     "GraderError",
     "MemoryFS",
     "PatchError",
+    "SandboxLostError",
     "SweEnv",
     "SweTask",
     "TaskFormatError",

@@ -14,22 +14,35 @@ submitted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from agentrl.env import Env
 from agentrl.loading.envs import register_env
-from agentrl.sandbox.base import SandboxLimits
+from agentrl.sandbox.base import SandboxError, SandboxLimits
 from agentrl.sandbox.docker import DockerSandbox
 from agentrl.sandbox.docker_pool import DockerSandboxPool
 from agentrl.tools import tool
 from agentrl.types import Action, Message, StepResult
 
+from .admission import admit, check_size
 from .editor import Editor
 from .grader import Grader, GradeResult
+from .ladder import Level, generate_tasks
 from .loader import as_task, builtin_tasks, load_tasks
+from .outcome import graded_step, run_pools
 from .task import SweTask
-from .workspace import REPO_DIR, SandboxFS, WorkspaceError, git_diff, init_git, install_snapshot
+from .worked import worked_example_messages
+from .workspace import (
+    REPO_DIR,
+    SandboxFS,
+    WorkspaceError,
+    git_diff,
+    init_git,
+    install_snapshot,
+    lost,
+)
 
 __all__ = ["AGENT_LIMITS", "SYSTEM_PROMPT", "SweEnv"]
 
@@ -77,10 +90,18 @@ class SweEnv(Env):
         max_output_chars: Tool output beyond this is cut in the middle.
         max_idle_turns: Turns in a row without a tool call before the diff is graded.
         system_prompt: The system message.
+        worked_examples: 1 shows a solved episode (view, edit, test, submit) before the
+            task, for a model that must learn the tool format (see ``envs/swe/worked.py``).
+        sandbox_pool_size: A training run lends the agents' containers from one warm pool
+            of this many (fresh per episode, started in the background); 0: one started
+            per episode.
+        grader_pool_size: A training run grades in fresh containers from a warm pool of
+            this many; 0: one started per grading.
     """
 
     name = "swe"
     max_turns = 30
+    _lost: str | None = None  # why the agent's container failed in this episode
 
     def __init__(
         self,
@@ -94,7 +115,13 @@ class SweEnv(Env):
         max_output_chars: int = 8000,
         max_idle_turns: int = 2,
         system_prompt: str = SYSTEM_PROMPT,
+        worked_examples: int = 0,
+        sandbox_pool_size: int = 0,
+        grader_pool_size: int = 0,
     ) -> None:
+        if sandbox_pool_size < 0 or grader_pool_size < 0:
+            raise ValueError("sandbox_pool_size and grader_pool_size must be >= 0")
+        self._examples = worked_example_messages(worked_examples, self._issue_text)
         self._tasks = tasks
         self.pool = sandbox_pool
         self.grader = grader or Grader(image=image)
@@ -117,6 +144,28 @@ class SweEnv(Env):
         self.last_patch = ""
 
     @classmethod
+    def run_resources(
+        cls,
+        *,
+        sandbox_pool: DockerSandboxPool | None = None,
+        grader: Grader | None = None,
+        image: str | None = None,
+        limits: SandboxLimits = AGENT_LIMITS,
+        sandbox_pool_size: int = 0,
+        grader_pool_size: int = 0,
+        **_: Any,
+    ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]] | None:
+        """The run's warm pools: agents' containers (``sandbox_pool_size``) and grading
+        containers (``grader_pool_size``), both fresh per lease, removed with the run."""
+        agent = sandbox_pool is None and sandbox_pool_size > 0
+        grading = grader is None and grader_pool_size > 0
+        if not (agent or grading):
+            return None
+        return run_pools(
+            image, limits, sandbox_pool_size if agent else 0, grader_pool_size if grading else 0
+        )
+
+    @classmethod
     def preflight(cls, image: str | None = None, **_: Any) -> None:
         """Fails at a run's start-up, naming the cause, when no Docker engine answers or
         the sandbox image cannot be built (``agentrl train`` calls this once)."""
@@ -129,20 +178,32 @@ class SweEnv(Env):
     # ------------------------------------------------------------------ tasks
     @staticmethod
     def default_tasks(
-        split: str = "train", n: int | None = None, seed: int = 0
+        split: str = "train", n: int | None = None, seed: int = 0, level: str = "standard"
     ) -> list[dict[str, Any]]:
-        """Built-in tasks as inline rows: every 5th is held out as ``"test"``, the rest is
-        ``"train"`` (``seed`` is unused: the set is fixed)."""
+        """Tasks as inline rows. ``level="standard"``: the built-in set, every 5th held out
+        as ``"test"`` (``seed`` unused); ``"tiny"`` / ``"small"``: generated tasks (see
+        :mod:`agentrl.envs.swe.ladder`; ``seed`` picks the split)."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if Level(level) is not Level.STANDARD:
+            return [t.to_row() for t in generate_tasks(split, seed=seed, level=level, n=n)]
         tasks = builtin_tasks()
         rows = [t.to_row() for i, t in enumerate(tasks) if (i % 5 == 4) == (split == "test")]
         return rows if n is None else rows[:n]
 
     @staticmethod
-    def load_tasks(path: str) -> list[dict[str, Any]]:
-        """Validated rows of a task file or folder (see :func:`~envs.swe.loader.load_tasks`)."""
-        return [t.to_row() for t in load_tasks(path)]
+    def load_tasks(path: str, validate: bool | None = None) -> list[dict[str, Any]]:
+        """Rows of a task file or folder (:func:`~envs.swe.loader.load_tasks`), admitted
+        to a run (:func:`~envs.swe.admission.admit`): each snapshot within half of
+        ``AGENT_LIMITS.max_disk_mb``, and with ``validate`` (default: unless
+        ``AGENTRL_SWE_VALIDATE=0``) each task validated by the grader, once per content.
+
+        Raises:
+            TaskFormatError: A malformed or too large task, or tasks that fail validation
+                (every bad id named).
+        """
+        tasks = admit(load_tasks(path), max_disk_mb=AGENT_LIMITS.max_disk_mb, validate=validate)
+        return [t.to_row() for t in tasks]
 
     def example_task(self) -> dict[str, Any]:
         """One built-in task, for ``agentrl.testing.check_env``."""
@@ -158,20 +219,26 @@ class SweEnv(Env):
         """
         known = self._tasks if self._tasks is not None else builtin_tasks()
         parsed = as_task(task, known)
+        check_size(parsed, self.limits.max_disk_mb)
         await self._release()
         self.task, self._submitted, self._turns, self._idle = parsed, False, 0, 0
-        self.last_grade, self.last_patch = None, ""
-        self.sandbox = await self._acquire(parsed)
+        self.last_grade, self.last_patch, self._lost = None, "", None
+        try:
+            self.sandbox = await self._acquire(parsed)
+        except SandboxError as e:
+            raise await lost("starting the agent's container", e) from e
         await install_snapshot(self.sandbox, parsed)
         self._base = await init_git(self.sandbox)
         self._editor = Editor(SandboxFS(self.sandbox), REPO_DIR)
-        return [Message.system(self.system_prompt), Message.user(self._prompt(parsed))]
+        prompt = self._issue_text(parsed.issue, parsed.visible_tests)
+        return [Message.system(self.system_prompt), *self._examples, Message.user(prompt)]
 
-    def _prompt(self, task: SweTask) -> str:
+    @staticmethod
+    def _issue_text(issue: str, visible_tests: Sequence[str]) -> str:
         text = f"Fix this issue in the repository at {REPO_DIR}.\n\n"
-        text += f"<issue>\n{task.issue.strip()}\n</issue>"
-        if task.visible_tests:
-            text += "\n\nTests you can run: " + ", ".join(task.visible_tests)
+        text += f"<issue>\n{issue.strip()}\n</issue>"
+        if visible_tests:
+            text += "\n\nTests you can run: " + ", ".join(visible_tests)
         return text
 
     async def _acquire(self, task: SweTask) -> DockerSandbox:
@@ -218,9 +285,16 @@ class SweEnv(Env):
         if timeout_s is not None:
             limit = min(max(timeout_s, 1.0), limit)
         async with self._lock:
-            res = await sb.exec(
-                ["bash", "-c", f"cd {REPO_DIR} || exit 1\nexec 2>&1\n{command}"], timeout_s=limit
-            )
+            try:
+                res = await sb.exec(
+                    ["bash", "-c", f"cd {REPO_DIR} || exit 1\nexec 2>&1\n{command}"],
+                    timeout_s=limit,
+                )
+            except SandboxError as e:
+                self._lost = str(e)
+                raise
+            if res.exit_code in (137, -9) and not res.timed_out and not await sb.healthy():
+                self._lost = f"a command was killed (exit {res.exit_code}), then it did not answer"
         out = _cut(res.stdout + res.stderr, self.max_output_chars)
         if res.timed_out:
             return f"{out}\n[killed: timed out after {limit:g}s]"
@@ -254,10 +328,14 @@ class SweEnv(Env):
         """
         _, editor = self._require()
         async with self._lock:
-            out = await editor.run(
-                command, path, file_text=file_text, old_str=old_str, new_str=new_str,
-                insert_line=insert_line, view_range=view_range,
-            )  # fmt: skip
+            try:
+                out = await editor.run(
+                    command, path, file_text=file_text, old_str=old_str, new_str=new_str,
+                    insert_line=insert_line, view_range=view_range,
+                )  # fmt: skip
+            except SandboxError as e:
+                self._lost = str(e)
+                raise
         return _cut(out, self.max_output_chars)
 
     @tool
@@ -275,12 +353,26 @@ class SweEnv(Env):
         async with self._lock:
             try:
                 self.last_patch = await git_diff(sb, self._base)
+            except SandboxError as e:
+                raise await lost("the agent's container", e) from e
             except WorkspaceError as e:
+                if not await sb.healthy():  # not the agent's doing: no reward 0 for it
+                    raise await lost("the agent's container", e) from e
                 return GradeResult(0.0, False, False, detail=f"no diff: {e}")
-        return await self.grader.grade(self.task, self.last_patch)
+        try:
+            return await self.grader.grade(self.task, self.last_patch)
+        except SandboxError as e:
+            raise await lost("a grading container", e) from e
 
     async def step(self, action: Action) -> StepResult:
-        """Grades on ``submit`` (or when the agent stops using tools / the turns run out)."""
+        """Grades on ``submit`` (or when the agent stops using tools / the turns run out).
+
+        Raises:
+            SandboxLostError: The agent's container (or the engine) died: the episode ends
+                as an env error, discarded, instead of graded 0.
+        """
+        if self._lost is not None or (self.sandbox is not None and self.sandbox.dead):
+            raise await lost("the agent's container", self._lost or "it is marked dead")
         self._turns += 1
         if not action.tool_calls and not action.parse_errors:
             self._idle += 1
@@ -302,27 +394,5 @@ class SweEnv(Env):
         ``swe_*`` metrics and info; ``swe_ended_by`` is ``ended_by``)."""
         result = await self.grade()
         self.last_grade = result
-        lines = sum(
-            1
-            for line in self.last_patch.splitlines()
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))
-        )
-        return StepResult(
-            reward=result.reward,
-            terminated=True,
-            metrics={
-                "swe_resolved": float(result.passed),
-                "swe_patch_applied": float(result.applied),
-                "swe_dropped_paths": float(len(result.dropped_paths)),
-                "swe_grade_time_s": result.duration_s,
-                "swe_patch_lines": float(lines),
-            },
-            info={
-                "swe_task": self.task.id if self.task else "",
-                "swe_ended_by": ended_by,
-                "swe_detail": result.detail,
-                "swe_dropped_paths": list(result.dropped_paths),
-                "swe_tests_passed": result.tests_passed,
-                "swe_tests_failed": result.tests_failed,
-            },
-        )
+        task_id = self.task.id if self.task else ""
+        return graded_step(result, self.last_patch, task_id, ended_by, self.pool)

@@ -2,6 +2,8 @@
 
 Formats (details in docs/swe.md):
 
+* a SWE-bench record (``instance_id`` instead of ``id``; optional ``repo_path`` and
+  ``env_setup``), read with :func:`from_swebench`;
 * a row (a dict, one line of ``.jsonl``, or a ``.json`` file): ``id``, ``issue``,
   ``gold_patch``, one snapshot source (``repo_files`` / ``repo_dir`` / ``image`` +
   ``image_repo_path``), ``hidden_tests`` and/or ``test_patch``, optional
@@ -76,6 +78,15 @@ def parse_task(
     """
     if not isinstance(row, Mapping):
         raise TaskFormatError(f"{source}: a SWE task must be a mapping, got {type(row).__name__}")
+    if "instance_id" in row and "id" not in row:  # a SWE-bench record (see from_swebench)
+        try:
+            return from_swebench(
+                row,
+                repo_path=str(row.get("repo_path") or "/testbed"),
+                env_setup=str(row.get("env_setup") or ""),
+            )
+        except TaskFormatError as e:
+            raise TaskFormatError(f"{source}: {e}") from None
     where = f"{source}: SWE task {row.get('id', '?')!r}"
     unknown = sorted(set(row) - _FIELDS)
     if unknown:

@@ -1,8 +1,10 @@
 """Task validation: the gold patch must pass the hidden tests and the empty patch must fail.
 
-    python -m agentrl.envs.swe.validate [--tasks PATH] [--task ID ...] [--jobs N]
+    python -m agentrl.envs.swe.validate [--tasks PATH | --level tiny|small [--seed S]]
+                                        [--task ID ...] [--jobs N]
 
-Without ``--tasks`` the built-in set is checked. Each failing task is printed with its
+Without ``--tasks`` or ``--level`` the built-in set is checked; ``--level`` checks both
+splits of a generated level (:mod:`agentrl.envs.swe.ladder`). Each failing task is printed with its
 id and what failed; the exit status is 1 if any task failed.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from agentrl.sandbox.base import SandboxError
 
 from .grader import Grader, GraderError, GradeResult
+from .ladder import generate_tasks
 from .loader import builtin_tasks, load_tasks
 from .task import SweTask, TaskFormatError
 
@@ -127,11 +130,22 @@ async def check_all(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentrl.envs.swe.validate")
     parser.add_argument("--tasks", help="task file or folder (default: the built-in set)")
+    parser.add_argument("--level", choices=["tiny", "small"], help="a generated level")
+    parser.add_argument("--seed", type=int, default=0, help="the generated level's seed")
     parser.add_argument("--task", action="append", default=[], help="only this id (repeatable)")
     parser.add_argument("--jobs", type=int, default=3, help="tasks validated at once")
     args = parser.parse_args(argv)
     try:
-        tasks = load_tasks(args.tasks) if args.tasks else builtin_tasks()
+        if args.tasks and args.level:
+            raise TaskFormatError("give --tasks or --level, not both")
+        if args.level:
+            tasks = [
+                t
+                for split in ("train", "test")
+                for t in generate_tasks(split, seed=args.seed, level=args.level)
+            ]
+        else:
+            tasks = load_tasks(args.tasks) if args.tasks else builtin_tasks()
     except (TaskFormatError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

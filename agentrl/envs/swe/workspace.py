@@ -7,6 +7,7 @@ with one commit (no remotes, tags, reflog or earlier history); the agent's patch
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import tempfile
 import uuid
@@ -21,10 +22,12 @@ from .task import SweTask
 __all__ = [
     "REPO_DIR",
     "SandboxFS",
+    "SandboxLostError",
     "WorkspaceError",
     "git_diff",
     "init_git",
     "install_snapshot",
+    "lost",
     "put_files",
 ]
 
@@ -36,6 +39,41 @@ _DATE = "2000-01-01T00:00:00+0000"
 
 class WorkspaceError(RuntimeError):
     """Setting up the repository in a container failed (a broken task or image)."""
+
+
+class SandboxLostError(RuntimeError):
+    """A container of the episode, or the Docker engine, stopped answering mid-episode;
+    the episode ends as an env error (discarded, not trained on), never as reward 0."""
+
+
+def _engine_problem() -> str | None:
+    """Why the Docker engine does not answer (a fresh client, 10 s), or None if it does."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+async def lost(what: str, cause: BaseException | str) -> SandboxLostError:
+    """The error ending an episode in which ``what`` (e.g. "the agent's container")
+    failed with ``cause``, naming the Docker engine when it is what stopped answering."""
+    engine = await asyncio.to_thread(_engine_problem)
+    if engine is not None:
+        return SandboxLostError(
+            f"the Docker engine stopped answering ({engine}): {what} failed; the episode "
+            "is discarded. Check that dockerd runs (DOCKER_HOST names the engine)"
+        )
+    return SandboxLostError(
+        f"{what} failed ({cause}); the episode is discarded (the container was killed, "
+        "ran out of memory, or its image is broken)"
+    )
 
 
 async def _sh(sb: DockerSandbox, script: str, what: str, timeout_s: float = 60.0) -> str:
@@ -61,9 +99,14 @@ async def install_snapshot(sb: DockerSandbox, task: SweTask) -> None:
     await _sh(sb, f"mkdir -p {REPO_DIR}", f"task {task.id!r}: creating {REPO_DIR}")
     if task.image_repo_path is not None:
         src = shlex.quote(task.image_repo_path)
+        cap_kib = sb.limits.max_disk_mb * 1024 // 2  # git's copy of it needs the other half
         await _sh(
             sb,
             f"test -d {src} || {{ echo 'no {task.image_repo_path} in the image'; exit 1; }}\n"
+            f"kib=$(du -sk --exclude=.git {src} | cut -f1)\n"
+            f'[ "$kib" -le {cap_kib} ] || {{ echo "the repository holds $((kib / 1024)) MiB, '
+            f"over the {cap_kib // 1024} MiB a task may hold: half the container's disk "
+            f'(limits.max_disk_mb={sb.limits.max_disk_mb})"; exit 1; }}\n'
             f"tar -C {src} --exclude=.git -cf - . | tar -C {REPO_DIR} -xf -",
             f"task {task.id!r}: copying the repository from {task.image_repo_path} in the image",
             timeout_s=300,

@@ -134,6 +134,13 @@ def test_swebench_adapter() -> None:
     assert task.is_protected("tests/test_m.py") and not task.is_protected("m.py")
     with pytest.raises(TaskFormatError, match=r"'org__proj-123'.*image_name"):
         from_swebench({**record, "image_name": ""})
+    # a task file may hold SWE-bench records as they are, with their own repo_path/env_setup
+    setup = "source /opt/miniconda3/bin/activate testbed"
+    loaded = parse_task({**record, "repo_path": "/src", "env_setup": setup})
+    assert loaded.id == "org__proj-123" and loaded.image_repo_path == "/src"
+    assert loaded.command().startswith(setup)
+    with pytest.raises(TaskFormatError, match=r"line 3.*'org__proj-123'.*patch"):
+        parse_task({**record, "patch": ""}, source="f.jsonl (line 3)")
 
 
 def test_filter_patch_drops_protected_paths_and_symlinks() -> None:

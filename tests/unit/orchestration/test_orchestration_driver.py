@@ -27,7 +27,7 @@ class CoinEnv(Env):
     async def step(self, action):
         await asyncio.sleep(0.001 * self.rng.randint(0, 5))
         r = self.always if self.always is not None else float(self.rng.random() < 0.5)
-        return StepResult(reward=r, terminated=True)
+        return StepResult(reward=r, terminated=True, metrics={"coin": r})
 
 
 class RecordingTrainer:
@@ -79,6 +79,14 @@ async def test_sync_mode_trains_on_current_weights(tokenizer):
         } == {n}
     assert all(o.metrics["staleness/max"] == 1 for o in outs)  # measured after this step's sync
     assert stream.state_dict()["outstanding"] == []
+
+
+async def test_the_envs_episode_metrics_are_averaged_per_step(tokenizer):
+    driver, trainer, _, _ = make(tokenizer, "sync", TASKS)
+    outs = await _run(driver, 2)
+    for out, batch in zip(outs, trainer.batches, strict=True):
+        coins = [t.reward for t in batch]
+        assert out.metrics["episode_mean/coin"] == pytest.approx(sum(coins) / len(coins))
 
 
 async def test_a_push_that_reports_its_size_puts_it_in_the_metrics(tokenizer):
