@@ -51,6 +51,7 @@ BENCHMARKS = [
     "benchmarks.make_train",
     "benchmarks.vs_trl",
     "benchmarks.lora_vs_full",
+    "benchmarks.swe_train",
 ]
 
 # Arguments of the full run (``make bench``).
@@ -83,6 +84,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
     "benchmarks.vs_trl": ["--quick"],
     "benchmarks.lora_vs_full": ["--quick"],
+    "benchmarks.swe_train": ["steps=2", "eval.num_tasks=16"],
 }
 
 
