@@ -17,15 +17,7 @@ from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
 from agentrl.types import StopReason
-
-GOLD = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
-ROW = {
-    "id": "t1",
-    "issue": "x should be 2",
-    "repo_files": {"m.py": "x = 1\n"},
-    "gold_patch": GOLD,
-    "hidden_tests": {"tests/test_m.py": "from m import x\n\ndef test_x():\n    assert x == 2\n"},
-}
+from tests.unit.envs.test_swe_tasks import GOLD, ROW
 
 
 def _task(tid: str, **kw: Any) -> SweTask:
