@@ -84,7 +84,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
     "benchmarks.vs_trl": ["--quick"],
     "benchmarks.lora_vs_full": ["--quick"],
-    "benchmarks.swe_train": ["steps=2", "eval.num_tasks=16"],
+    "benchmarks.swe_train": ["--quick"],
 }
 
 

@@ -15,7 +15,8 @@ metrics.jsonl. Reports:
 
 Target (issue #41): held-out gain >= +0.2 within 60 minutes on 2 cores.
 
-Run: ``python -m benchmarks.swe_train [--config PATH] [--from-run DIR] [--table] [KEY=VALUE ...]``.
+Run: ``python -m benchmarks.swe_train [--config PATH] [--quick] [--from-run DIR] [--table]
+[KEY=VALUE ...]``.
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--from-run", type=Path, help="report an existing run directory instead")
     p.add_argument("--wall-s", type=float, help="with --from-run: the run's wall time")
     p.add_argument("--table", action="store_true", help="print the recorded table and exit")
+    p.add_argument("--quick", action="store_true", help="2 steps, 16 held-out tasks")
     p.add_argument("overrides", nargs="*", help="config overrides, KEY=VALUE")
     a = p.parse_args(argv)
     if a.table:
@@ -165,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.from_run:
         run_dir, wall = a.from_run, a.wall_s or 0.0
     else:
-        run_dir, wall, counts = train(a.config, a.overrides, f"bench-swe-{int(time.time())}")
+        quick = ["steps=2", "eval.num_tasks=16"] if a.quick else []
+        name = f"bench-swe-{int(time.time())}"
+        run_dir, wall, counts = train(a.config, [*quick, *a.overrides], name)
     figures = run_figures(run_dir, wall)
     if counts:
         figures["containers_peak"] = max(counts)
