@@ -124,7 +124,10 @@ class DockerSandbox:
         self._container: Any = None
         self._volumes: list[Any] = []
         self._closed = False
+        self._close_work: asyncio.Future[None] | None = None  # close()'s engine calls
+        self._start_work: asyncio.Future[None] | None = None  # the engine calls of start()
         self._lock = threading.Lock()
+        self._remove_lock = threading.Lock()
         self.dead = False  # the engine or container failed; replace, do not reuse
         self.started_s = 0.0  # seconds start() took (cold start)
 
@@ -144,6 +147,7 @@ class DockerSandbox:
         if self._closed:
             raise SandboxError("sandbox already closed")
         work = asyncio.get_running_loop().run_in_executor(_executor, self._start_sync)
+        self._start_work = work
         try:
             await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -151,8 +155,13 @@ class DockerSandbox:
             # sandbox: whatever it creates is removed as soon as it returns.
             with self._lock:
                 self._closed = True
-            work.add_done_callback(lambda _: _executor.submit(self._close_sync))
+            work.add_done_callback(self._remove_after_start)
             raise
+
+    def _remove_after_start(self, work: asyncio.Future[None]) -> None:
+        if not work.cancelled():
+            work.exception()  # retrieved: the error of a start nobody waits for is moot
+        _executor.submit(self._close_sync)
 
     def _start_sync(self) -> None:
         from agentrl.sandbox.images import docker_client, ensure_image
@@ -228,24 +237,46 @@ class DockerSandbox:
         return vol
 
     async def close(self) -> None:
-        """Removes the container and its volumes; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._run(self._close_sync)
+        """Removes the container and its volumes; idempotent.
 
-    def _close_sync(self) -> None:
+        A start still in flight in its engine thread (its caller cancelled) is waited for
+        first: what it creates is removed before ``close`` returns, not after, so a run
+        that exits right after closing its sandboxes leaves no container behind.
+        """
         with self._lock:
             self._closed = True
-            container, volumes = self._container, self._volumes
-            self._volumes = []
-        if self._resident is not None:
-            self._resident.drop()
-        deadline = time.monotonic() + _REMOVE_RETRY_S
-        if container is not None:
-            remove_retrying(lambda: container.remove(force=True, v=True), deadline)
-        for vol in volumes:
-            remove_retrying(functools.partial(vol.remove, force=True), deadline)
+        work = self._start_work
+        if work is not None and not work.done():
+            await asyncio.wait([work])  # _start_sync sees _closed and removes what it made
+        if work is not None and not work.cancelled():
+            work.exception()  # retrieved here; start() raised it to its own caller
+        first = self._close_work is None
+        if self._close_work is None:
+            self._close_work = asyncio.get_running_loop().run_in_executor(
+                _executor, self._close_sync
+            )
+        # A close() cancelled mid-way (a pool's retiring task) leaves the removal running
+        # in its thread: a later close() waits for it rather than returning at once.
+        if not self._close_work.done():
+            await asyncio.wait([self._close_work])
+        if first:
+            self._close_work.result()
+
+    def _close_sync(self) -> None:
+        # Serialized: a second caller (close() beside the start thread's own clean-up)
+        # returns only once the first has removed everything, not while it still is.
+        with self._remove_lock:
+            with self._lock:
+                self._closed = True
+                container, volumes = self._container, self._volumes
+                self._volumes = []
+            if self._resident is not None:
+                self._resident.drop()
+            deadline = time.monotonic() + _REMOVE_RETRY_S
+            if container is not None:
+                remove_retrying(lambda: container.remove(force=True, v=True), deadline)
+            for vol in volumes:
+                remove_retrying(functools.partial(vol.remove, force=True), deadline)
 
     async def __aenter__(self) -> Self:
         await self.start()

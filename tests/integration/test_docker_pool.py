@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -124,3 +125,21 @@ async def test_engine_failures_reach_acquirers(docker_image: str) -> None:
         assert pool.metrics()["failures"] >= 3
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.3, 0.8])
+async def test_close_while_containers_are_created_leaves_none(
+    docker_image: str, after_s: float
+) -> None:
+    # close() mid-fill: the engine threads of the in-flight creates finish after their
+    # tasks are cancelled; what they create must be gone when close() returns, not later
+    # (a run exits right after closing its pools, and the watchdog only reaps at its exit).
+    run_id = f"close-{uuid.uuid4().hex[:8]}"
+    pool = _pool(docker_image, 4, max_concurrent_starts=4, reap=False, run_id=run_id)
+    await pool.start(wait=False)
+    await asyncio.sleep(after_s)
+    await pool.close()
+    client = docker_client()
+    label = {"label": f"agentrl.run={run_id}"}
+    assert client.containers.list(all=True, filters=label) == []
+    assert client.volumes.list(filters=label) == []

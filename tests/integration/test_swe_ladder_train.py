@@ -1,11 +1,12 @@
 """Two training steps on the generated ``tiny`` SWE level with real Docker: the episodes run
-in containers lent by the run's warm pool, and each reward is the fresh-container grader's
-verdict on the hidden tests. The Docker grader also
+in containers lent by the run's warm pool, each reward is the fresh-container grader's
+verdict on the hidden tests, and no container outlives the run. The Docker grader also
 validates a sample of the generated tasks (the unit tests check all of them in-process)."""
 
 from __future__ import annotations
 
 import random
+import subprocess
 
 import pytest
 
@@ -14,6 +15,7 @@ from agentrl.envs.swe.ladder import generate_tasks
 from agentrl.envs.swe.validate import validate_tasks
 from agentrl.orchestration.run import train
 from agentrl.reporting.run_dir import RunDir, read_trajectories
+from agentrl.sandbox.docker_owner import RUN_ID
 from tests.integration import docker_fixtures
 
 docker_image = docker_fixtures.docker_image  # the session fixture, under its own name
@@ -21,9 +23,19 @@ docker_image = docker_fixtures.docker_image  # the session fixture, under its ow
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
+def _containers() -> list[str]:
+    """Containers this process created (other tests may run Docker at the same time)."""
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=agentrl.run={RUN_ID}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.split()
+
+
 async def test_two_steps_on_tiny_are_graded_in_fresh_containers(
     docker_image, untrained_model_dir, attached_server_url, tmp_path
 ):
+    before = set(_containers())
     overrides = {
         "env": "swe", "model.path": str(untrained_model_dir),
         "inference.urls": f'["{attached_server_url}"]', "output_dir": str(tmp_path),
@@ -50,6 +62,7 @@ async def test_two_steps_on_tiny_are_graded_in_fresh_containers(
     train_lines = [m for m in RunDir(result.run_dir).metrics() if m["kind"] == "train"]
     assert all(m["episode_mean/swe_grade_time_s"] > 0 for m in train_lines)
     assert all(0 < m["episode_mean/swe_pool_busy"] <= 1 for m in train_lines)  # pool leases
+    assert set(_containers()) <= before  # pools and graders removed with the run
 
 
 async def test_a_sample_of_generated_tasks_is_valid_under_the_docker_grader(docker_image):
