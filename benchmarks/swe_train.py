@@ -32,11 +32,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.sandbox.docker_owner import LABEL
 from benchmarks.report import record, report
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/swe-smollm2.yaml"
-LABEL = "agentrl.sandbox"  # agentrl.sandbox.docker_owner.LABEL, without importing docker
 
 
 def containers() -> int:
@@ -64,6 +64,7 @@ def run_figures(run_dir: Path, wall_s: float) -> dict[str, Any]:
     seconds = json.loads((run_dir / "summary.json").read_text())["seconds"]
     wall_s = wall_s or float(seconds["total"])
     gen, upd, sync = (_sum(train, f"time/{k}") for k in ("generate", "update", "sync"))
+    busy_s = gen + upd + sync  # the training steps' own time (no start-up, no evaluation)
     ev = float(seconds.get("evaluation", 0.0))
     steps = [read_trajectories(p) for p in sorted((run_dir / "trajectories").glob("step_*"))]
     episodes = [t for step in steps for t in step]
@@ -86,7 +87,7 @@ def run_figures(run_dir: Path, wall_s: float) -> dict[str, Any]:
             for step in steps
         ],
         "episodes": len(episodes),
-        "episodes_per_hour": len(episodes) / ((gen + upd + sync) / 3600) if gen + upd else 0.0,
+        "episodes_per_hour": len(episodes) / (busy_s / 3600) if busy_s else 0.0,
         "pool_busy": statistics.fmean(busy) if busy else None,
         "share": {
             "start_up": max(0.0, wall_s - gen - upd - sync - ev) / wall_s,
