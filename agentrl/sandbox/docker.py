@@ -46,6 +46,7 @@ from agentrl.sandbox.base import (
     code_argv,
     workdir_path,
 )
+from agentrl.sandbox.docker_fork import FORK_LABEL, fork_into
 from agentrl.sandbox.docker_io import finish, pump, remove_retrying, tar_upload, text
 from agentrl.sandbox.docker_owner import LABEL, RUN_ID, owner_labels, reap_orphans
 from agentrl.sandbox.exec_client import ExecRequest, ResidentExec, ServerUnavailable
@@ -313,6 +314,35 @@ class DockerSandbox:
         if code != 0:
             self.dead = True
             raise SandboxError(f"reset failed (exit {code}): {out[-500:]!r}")
+
+    async def fork(self) -> DockerSandbox:
+        """A new, started sandbox whose files are a copy of this one's now.
+
+        Copied: ``/workspace``, ``/tmp`` and ``/dev/shm``, all the code can write (no
+        process: none survives a call); how and at what cost: :mod:`.docker_fork`. The
+        child has this one's image, limits, hardening and owner labels (plus
+        ``agentrl.fork_of``); the two diverge from here. The caller owns it (``async
+        with child:``); a pool never sees it.
+
+        Raises:
+            SandboxError: This sandbox is closed or dead, or the copy failed (the child
+                is removed first).
+        """
+        self._require()
+        child = DockerSandbox(
+            self.image, self.limits, client=self._client,
+            labels={**self._labels, FORK_LABEL: self.container_id},
+            run_id=self._labels["agentrl.run"], cpus=self.cpus,
+            network=None if self.network == "none" else self.network,
+            kill_background=self.kill_background, resident_exec=self.resident_exec,
+            on_exec=self._on_exec,
+        )  # fmt: skip
+        await fork_into(self, child)
+        return child
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DockerSandbox:
+        # An env's default fork deep-copies its state: a copy would share this container.
+        raise TypeError("a DockerSandbox is a live container; fork it with `await sandbox.fork()`")
 
     async def healthy(self, timeout_s: float = 5.0) -> bool:
         """Whether the container runs and answers a trivial exec within ``timeout_s``."""

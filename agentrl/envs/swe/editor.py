@@ -95,6 +95,12 @@ class Editor:
         self.max_view_chars = max_view_chars
         self._history: dict[str, list[str | None]] = {}
 
+    def fork(self, fs: FileSystem) -> Editor:
+        """An editor over ``fs`` (a copy of this one's files) with a copy of the undo history."""
+        child = Editor(fs, self.root, max_view_chars=self.max_view_chars)
+        child._history = {path: list(edits) for path, edits in self._history.items()}
+        return child
+
     def resolve(self, path: str) -> str:
         """The absolute path for ``path``; raises EditorError if it is outside ``root``."""
         if not isinstance(path, str) or not path.strip() or "\0" in path:

@@ -28,6 +28,7 @@ from agentrl.types import Action, Message, StepResult
 
 from .admission import admit, check_size
 from .editor import Editor
+from .fork import fork_episode
 from .grader import Grader, GradeResult
 from .ladder import Level, generate_tasks
 from .loader import as_task, builtin_tasks, load_tasks
@@ -101,6 +102,7 @@ class SweEnv(Env):
 
     name = "swe"
     max_turns = 30
+    forkable = True  # fork(): the child gets a fork of the agent's container
     _lost: str | None = None  # why the agent's container failed in this episode
 
     def __init__(
@@ -262,6 +264,10 @@ class SweEnv(Env):
     async def close(self) -> None:
         """Gives the agent's container back (or removes it)."""
         await self._release()
+
+    async def fork(self) -> SweEnv:
+        """This episode now, with its own fork of the container (:mod:`.fork`)."""
+        return await fork_episode(self)
 
     def _require(self) -> tuple[DockerSandbox, Editor]:
         if self.sandbox is None or self._editor is None:
