@@ -13,6 +13,7 @@ from agentrl.config.sections import (
     RewardConfig,
     RolloutConfig,
     StageConfig,
+    TreeConfig,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "RolloutConfig",
     "RunConfig",
     "StageConfig",
+    "TreeConfig",
     "dump_config",
     "load_config",
 ]

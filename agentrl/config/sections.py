@@ -6,9 +6,9 @@ documentation in ``description``. :class:`agentrl.config.RunConfig` composes the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 __all__ = [
     "DEFAULT_LR",
@@ -22,6 +22,7 @@ __all__ = [
     "RolloutConfig",
     "StageConfig",
     "Strict",
+    "TreeConfig",
 ]
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -124,6 +125,36 @@ class StageConfig(Strict):
     )
 
 
+class TreeConfig(Strict):
+    """Tree rollouts (agentrl.rollout.tree; docs/rollout.md#tree-rollouts): each task's group
+    is the leaves of trees that branch between turns, the env forked at each branch point."""
+
+    branch_at: Literal["turns", "entropy"] = Field(
+        "turns",
+        description="Where a tree branches: 'turns' at every turn boundary after the first "
+        "turn, breadth first; 'entropy' only after a turn more uncertain than every earlier "
+        "turn of the branch since its last branch point, by the mean surprisal -log p of its "
+        "sampled tokens (a proxy: only the sampled tokens' logprobs are recorded). Both "
+        "branch into every leaf still to give before the episode's last turn.",
+    )
+    width: int = Field(2, ge=2, description="Children per branch point.")
+    max_leaves: int = Field(
+        4,
+        ge=2,
+        description="Leaves per tree. The group's episodes are the leaves: each task runs "
+        "rollout.group_size // max_leaves trees (group_size must be a multiple). A branch "
+        "that ends before it made its leaves hands them to new trees, so the group keeps "
+        "its size unless max_tree_tokens prunes it.",
+    )
+    max_tree_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Once a tree has generated this many model tokens, none of its branches "
+        "branches again and the leaves it has not made are dropped (the group is smaller); a "
+        "turn in progress always finishes, nothing is cut mid-turn. None: no limit.",
+    )
+
+
 class RolloutConfig(Strict):
     """How episodes are sampled."""
 
@@ -182,6 +213,23 @@ class RolloutConfig(Strict):
         "at 0.3 within 64 tokens); every sampled token is trainable. Empty: one request per "
         "turn. An env's own `stages` attribute wins.",
     )
+    tree: TreeConfig | None = Field(
+        None,
+        description="Sample each group as tree rollouts (the env must fork, Env.fork; "
+        "trainer.advantage.estimator grpo becomes tree_grpo). None: group_size independent "
+        "episodes. Evaluation is always flat.",
+    )
+
+    @model_validator(mode="after")
+    def _tree_fits_the_group(self) -> Self:
+        t = self.tree
+        if t is not None and self.group_size % t.max_leaves:
+            raise ValueError(
+                f"rollout.tree.max_leaves ({t.max_leaves}) must divide rollout.group_size "
+                f"({self.group_size}): each task's group is group_size // max_leaves trees of "
+                "max_leaves leaves; set rollout.group_size to a multiple of max_leaves"
+            )
+        return self
 
 
 class RewardConfig(Strict):

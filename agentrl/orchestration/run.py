@@ -35,6 +35,7 @@ from agentrl.orchestration.startup import (
 from agentrl.orchestration.trainer_memory import preflight_trainer_memory
 from agentrl.orchestration.trainer_process import ProcessTrainer
 from agentrl.orchestration.trainer_thread import ThreadedTrainer
+from agentrl.orchestration.tree_runs import tree_spec
 from agentrl.reporting.quiet import quiet_dependency_warnings
 from agentrl.rewards import ScoredRunner
 from agentrl.rollout import AgentLoop, RolloutRunner
@@ -69,6 +70,11 @@ async def train(
             raise ComponentError(
                 "trainer.lora.serve: adapter is not supported on Ray placements yet; "
                 "set trainer.lora.serve: merged"
+            )
+        if cfg.rollout.tree is not None:
+            raise ComponentError(
+                "rollout.tree is not supported on Ray placements yet; unset rollout.tree "
+                "or ray.address"
             )
 
         return await train_on_ray(cfg, cfg.ray, resume=resume, say=say, on_step=on_step)
@@ -118,6 +124,7 @@ async def _train_local(
                 prep.env_factory,
                 group_size=cfg.rollout.group_size,
                 max_concurrency=cfg.rollout.max_concurrency,
+                tree=tree_spec(cfg),
             )
         if cfg.reward.model:  # a reward model scores each group (its server dies with the run)
             rm = await open_reward_model(cfg, prep.tokenizer, log_dir)

@@ -25,6 +25,7 @@ from agentrl.errors import ComponentError, TaskSpecError, UserError
 from agentrl.inference.protocol import SamplingParams
 from agentrl.loading.task_sources import read_task_source
 from agentrl.orchestration.phases import PhaseClock
+from agentrl.orchestration.tree_runs import resolve_tree
 from agentrl.reporting.run_dir import RunDir
 from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.rollout.stages import Stage
@@ -305,6 +306,8 @@ def prepare(
         checkpoint = find_resume_checkpoint(Path(resume), say)
     env_cls = resolve_env(cfg.env)
     cfg = resolve_roles(resolve_supervision(cfg, env_cls), env_cls)
+    if keep_run:  # training: an env that cannot fork stops a tree run here (evaluation is flat)
+        cfg = resolve_tree(cfg, env_cls, say)
     train_rows, eval_rows = load_tasks_for(cfg, env_cls)
     if cfg.inference.cpus and cfg.inference.urls:
         raise UserError(

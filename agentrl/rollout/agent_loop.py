@@ -17,7 +17,6 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from agentrl.chat.consistency import PY_TOOL
@@ -25,24 +24,15 @@ from agentrl.chat.templates import STRATEGIES, TemplateReport, inspect_template
 from agentrl.chat.tokenization import ChatTokenizer, TemplateError
 from agentrl.env import Env, call_maybe_async
 from agentrl.inference.protocol import LLMClient, LLMError, SamplingParams
+from agentrl.rollout.episode import Episode, EpisodeEnd, EpisodeState, as_messages, scrub
 from agentrl.rollout.roles import turn_role
 from agentrl.rollout.stages import Stage, StagePlans, generate_turn
 from agentrl.tools import ToolExecutor, make_turn_parser
-from agentrl.tools.sanitize import scrub_messages
-from agentrl.types import Action, Message, StepResult, StopReason, Trajectory, TurnSpan
+from agentrl.types import Action, StepResult, StopReason, Trajectory, TurnSpan
 
 __all__ = ["AgentLoop", "EpisodeState", "LoopConfig"]
 
 _log = logging.getLogger(__name__)
-
-
-class EpisodeState(StrEnum):
-    """States of one episode."""
-
-    PENDING = "pending"
-    GENERATING = "generating"
-    PROCESSING_TOOLS = "processing_tools"
-    TERMINATED = "terminated"
 
 
 @dataclass(frozen=True)
@@ -98,30 +88,6 @@ class LoopConfig:
     inject_tools: bool | None = None
     stages: tuple[Stage, ...] = ()
     role_adapters: bool = False
-
-
-class _Stop(Exception):
-    def __init__(self, reason: StopReason, error: str | None = None) -> None:
-        self.reason = reason
-        self.error = error
-
-
-def _as_messages(obs: Any, where: str) -> list[Message]:
-    if isinstance(obs, str):
-        return [Message.user(obs)]
-    if isinstance(obs, Message):
-        return [obs]
-    if isinstance(obs, Sequence) and all(isinstance(m, Message | dict) for m in obs):
-        return [m if isinstance(m, Message) else Message.from_dict(m) for m in obs]
-    raise TypeError(f"{where} must return a str or a list of Message, got {type(obs).__name__}")
-
-
-def _scrub(traj: Trajectory, messages: list[Message]) -> list[Message]:
-    """Env messages with lone surrogates replaced (they would break tokenization), counted."""
-    messages, replaced = scrub_messages(messages)
-    if replaced:
-        traj.metrics["env_text_replaced"] = traj.metrics.get("env_text_replaced", 0.0) + replaced
-    return messages
 
 
 class AgentLoop:
@@ -195,28 +161,41 @@ class AgentLoop:
     ) -> Trajectory:
         """Runs one episode to the end and returns its trajectory (never raises for it)."""
         traj = Trajectory(task_id=task_id, group_id=group_id, episode_id=episode_id)
-        traj.info["state"] = str(EpisodeState.PENDING)
+        ep = Episode(traj, env, session_id=episode_id)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(self.config.episode_timeout_s):
-                await self._episode(env, task, seed, traj)
-        except _Stop as s:
-            traj.stop_reason, traj.error = s.reason, s.error
-        except TimeoutError:
+                await self.start_episode(ep, task, seed)
+                while True:
+                    await self.play_turn(ep)
+        except BaseException as e:
+            await self.end_episode(ep, e, t0)
+        return traj
+
+    async def end_episode(self, ep: Episode, exc: BaseException, t0: float) -> None:
+        """Records why ``ep`` ended (``exc``: what ended it), closes its env, totals the reward.
+
+        Re-raises a cancellation (after closing the env); anything else is recorded.
+        """
+        traj = ep.traj
+        if isinstance(exc, EpisodeEnd):
+            traj.stop_reason, traj.error = exc.reason, exc.error
+        elif isinstance(exc, TimeoutError):
             traj.stop_reason = StopReason.TIMEOUT
             traj.error = f"episode exceeded {self.config.episode_timeout_s}s"
-        except asyncio.CancelledError:
+        elif isinstance(exc, asyncio.CancelledError):
             traj.stop_reason = StopReason.ABORTED
-            await self._close(env, traj)
-            raise
-        except Exception:
+            await self._close(ep.env, traj)
+            raise exc
+        elif isinstance(exc, Exception):
             traj.stop_reason = StopReason.INTERNAL_ERROR
-            traj.error = traceback.format_exc()
+            traj.error = "".join(traceback.format_exception(exc))
+        else:
+            raise exc
         traj.info["state"] = str(EpisodeState.TERMINATED)
-        await self._close(env, traj)
+        await self._close(ep.env, traj)
         traj.metrics["episode_time_s"] = time.perf_counter() - t0
         traj.reward = sum(s.reward for s in traj.spans)
-        return traj
 
     async def _close(self, env: Env, traj: Trajectory) -> None:
         try:
@@ -240,7 +219,7 @@ class AgentLoop:
         except (asyncio.CancelledError, TimeoutError):
             raise
         except Exception as e:
-            raise _Stop(StopReason.ENV_ERROR, traceback.format_exc()) from e
+            raise EpisodeEnd(StopReason.ENV_ERROR, traceback.format_exc()) from e
         finally:
             self._add(traj.metrics, "env_time_s", time.perf_counter() - t)
 
@@ -248,16 +227,34 @@ class AgentLoop:
     def _add(metrics: dict[str, float], key: str, value: float) -> None:
         metrics[key] = metrics.get(key, 0.0) + value
 
-    async def _episode(
-        self, env: Env, task: Mapping[str, Any], seed: int | None, traj: Trajectory
-    ) -> None:
+    def bind_tools(self, ep: Episode, tools: Sequence[Any] | None = None) -> None:
+        """Sets ``ep``'s parser and tool executor for ``tools`` (None: its env's tools, e.g.
+        after a fork, whose env's tools act on its own state, such as its own sandbox)."""
         cfg = self.config
+        if tools is None:
+            try:
+                tools = list(ep.env.tools())
+            except TypeError as e:
+                raise EpisodeEnd(StopReason.ENV_ERROR, str(e)) from e
+        ep.parser = self.parser.with_tools([t.schema() for t in tools])
+        ep.executor = ToolExecutor(
+            tools,
+            max_parallel=cfg.max_parallel_tools,
+            max_calls_per_turn=cfg.max_tool_calls_per_turn,
+            timeout_s=cfg.tool_timeout_s,
+            max_output_chars=cfg.max_tool_output_chars,
+        )
+
+    async def start_episode(self, ep: Episode, task: Mapping[str, Any], seed: int | None) -> None:
+        """PENDING: resets the env and records the prompt; raises :class:`EpisodeEnd` to end."""
+        cfg, traj, env = self.config, ep.traj, ep.env
+        traj.info["state"] = str(EpisodeState.PENDING)
         obs = await self._env_call(traj, env.reset, task, seed=seed)
         try:
-            messages = _scrub(traj, _as_messages(obs, "env.reset"))
+            messages = scrub(traj, as_messages(obs, "env.reset"))
             tools = list(env.tools())
         except TypeError as e:
-            raise _Stop(StopReason.ENV_ERROR, str(e)) from e
+            raise EpisodeEnd(StopReason.ENV_ERROR, str(e)) from e
         schemas = [t.schema() for t in tools]
         key = json.dumps(schemas, sort_keys=True, default=str)
         chat = self._chats.get(key)
@@ -266,150 +263,150 @@ class AgentLoop:
             try:
                 chat = ChatTokenizer(self.tokenizer, tools=schemas, inject_tools=self.inject_tools)
             except TemplateError as e:
-                raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
+                raise EpisodeEnd(StopReason.TOKENIZATION_ERROR, str(e)) from e
             if len(self._chats) < 64:
                 self._chats[key] = chat
         traj.strategy = self.strategy
         traj.info["template_strategy"] = self.strategy
-        per_turn = self.strategy == "per_turn"
+        ep.chat, ep.per_turn = chat, self.strategy == "per_turn"
         sampling = cfg.sampling
         extra_stops = tuple(i for i in chat.eot_ids if i not in sampling.stop_token_ids)
         if extra_stops and extra_stops != (self.tokenizer.eos_token_id,):
             # Families that end a turn on more than eos (gpt-oss's <|call|>, ...).
             sampling = replace(sampling, stop_token_ids=(*sampling.stop_token_ids, *extra_stops))
-        parser = self.parser.with_tools([t.schema() for t in tools])
-        executor = ToolExecutor(
-            tools,
-            max_parallel=cfg.max_parallel_tools,
-            max_calls_per_turn=cfg.max_tool_calls_per_turn,
-            timeout_s=cfg.tool_timeout_s,
-            max_output_chars=cfg.max_tool_output_chars,
-        )
+        ep.sampling = sampling
+        self.bind_tools(ep, tools)
         traj.messages.extend(messages)
         t = time.perf_counter()
         try:
             prompt = chat.prompt_ids(messages)
         except TemplateError as e:
-            raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
+            raise EpisodeEnd(StopReason.TOKENIZATION_ERROR, str(e)) from e
         self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
         self._append(traj, prompt, "prompt")
         traj.prompt_length = len(prompt)
-        sample_start = 0
-        max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
+        ep.max_turns = min(cfg.max_turns, getattr(env, "max_turns", cfg.max_turns))
         try:
-            plan = self.plans.get(env.stages or cfg.stages)
+            ep.plan = self.plans.get(env.stages or cfg.stages)
         except (TypeError, ValueError) as e:
-            raise _Stop(StopReason.ENV_ERROR, f"env stages: {e}") from e
+            raise EpisodeEnd(StopReason.ENV_ERROR, f"env stages: {e}") from e
 
-        for turn in range(max_turns):
-            context = traj.token_ids[sample_start:] if per_turn else traj.token_ids
-            budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(context))
-            if budget <= 0:
-                raise _Stop(StopReason.MAX_TOKENS)
-            try:
-                role = turn_role(env)
-            except Exception as e:
-                raise _Stop(StopReason.ENV_ERROR, f"env.role: {e}") from e
-            traj.info["state"] = str(EpisodeState.GENERATING)
+    async def play_turn(self, ep: Episode) -> None:
+        """One model turn: GENERATING → PROCESSING_TOOLS → env.step → the next context.
+
+        Returns with ``ep`` ready for the next turn; raises :class:`EpisodeEnd` when the
+        episode ends (done, truncated, a budget, an error).
+        """
+        cfg, traj, env, chat, plan = self.config, ep.traj, ep.env, ep.chat, ep.plan
+        assert chat is not None and ep.executor is not None, "start_episode first"
+        turn, max_turns, per_turn = ep.turn, ep.max_turns, ep.per_turn
+        if turn >= max_turns:
+            raise EpisodeEnd(StopReason.MAX_TURNS)
+        context = traj.token_ids[ep.sample_start :] if per_turn else traj.token_ids
+        budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(context))
+        if budget <= 0:
+            raise EpisodeEnd(StopReason.MAX_TOKENS)
+        try:
+            role = turn_role(env)
+        except Exception as e:
+            raise EpisodeEnd(StopReason.ENV_ERROR, f"env.role: {e}") from e
+        traj.info["state"] = str(EpisodeState.GENERATING)
+        t = time.perf_counter()
+        try:
+            gen = await generate_turn(
+                self.llm, context, ep.sampling, budget, plan, chat.eot_ids,
+                session_id=ep.session_id, adapter_role=role if cfg.role_adapters else None,
+            )  # fmt: skip
+        except (LLMError, ValueError) as e:
+            raise EpisodeEnd(StopReason.LLM_ERROR, str(e)) from e
+        self._add(traj.metrics, "generate_time_s", time.perf_counter() - t)
+        start = len(traj.token_ids)
+        for piece in gen.pieces:  # each stage's tokens with their own logprobs and versions
+            n = len(piece.token_ids)
+            traj.token_ids.extend(piece.token_ids)
+            traj.loss_mask.extend([int(piece.trainable)] * n)
+            traj.rollout_logprobs.extend(piece.logprobs)
+            traj.weight_versions.extend(piece.weight_versions)
+            if plan is not None and piece.trainable:
+                name = plan.stages[piece.stage].name or str(piece.stage)
+                self._add(traj.metrics, f"stage_tokens/{name}", float(n))
+        span = TurnSpan(start, len(traj.token_ids), "model", role=role)
+        traj.spans.append(span)
+        traj.num_turns = ep.turn = turn + 1
+
+        sampled = gen.token_ids
+        text = chat.content_of(sampled)
+        parsed = ep.parser.parse(text)
+        action = Action(
+            text=text,
+            content=parsed.content,
+            tool_calls=parsed.tool_calls,
+            finish_reason=gen.finish_reason,
+            parse_errors=parsed.errors,
+            reasoning=parsed.reasoning,
+            last_turn=turn == max_turns - 1,
+        )
+        traj.messages.append(action.to_message())
+        cut = gen.cut
+        if cut:
+            # Cut by the token budget (or aborted): the turn is incomplete, so its tool
+            # calls are not run; the env still sees it, as the last turn, so an env
+            # that scores at the end (e.g. runs tests) can do so. Then the episode ends.
+            action = replace(action, tool_calls=(), parse_errors=(), last_turn=True)
+        elif sampled[-1] not in chat.eot_ids:
+            # Stopped on another stop token: close the turn as the template would,
+            # with tokens the model did not sample (masked out).
+            self._append(traj, [chat.eot_id], "observation")
+
+        if action.tool_calls or action.parse_errors:
+            traj.info["state"] = str(EpisodeState.PROCESSING_TOOLS)
             t = time.perf_counter()
-            try:
-                gen = await generate_turn(
-                    self.llm, context, sampling, budget, plan, chat.eot_ids,
-                    session_id=traj.episode_id, adapter_role=role if cfg.role_adapters else None,
-                )  # fmt: skip
-            except (LLMError, ValueError) as e:
-                raise _Stop(StopReason.LLM_ERROR, str(e)) from e
-            self._add(traj.metrics, "generate_time_s", time.perf_counter() - t)
-            start = len(traj.token_ids)
-            for piece in gen.pieces:  # each stage's tokens with their own logprobs and versions
-                n = len(piece.token_ids)
-                traj.token_ids.extend(piece.token_ids)
-                traj.loss_mask.extend([int(piece.trainable)] * n)
-                traj.rollout_logprobs.extend(piece.logprobs)
-                traj.weight_versions.extend(piece.weight_versions)
-                if plan is not None and piece.trainable:
-                    name = plan.stages[piece.stage].name or str(piece.stage)
-                    self._add(traj.metrics, f"stage_tokens/{name}", float(n))
-            span = TurnSpan(start, len(traj.token_ids), "model", role=role)
-            traj.spans.append(span)
-            traj.num_turns = turn + 1
+            result = await ep.executor.run(action.tool_calls, action.parse_errors)
+            self._add(traj.metrics, "tool_time_s", time.perf_counter() - t)
+            traj.tool_calls.extend({"turn": turn, **asdict(r)} for r in result.calls)
+            for k, v in result.metrics.items():
+                self._add(traj.metrics, k, v)
+            action = replace(action, tool_results=tuple(result.messages))
 
-            sampled = gen.token_ids
-            text = chat.content_of(sampled)
-            parsed = parser.parse(text)
-            action = Action(
-                text=text,
-                content=parsed.content,
-                tool_calls=parsed.tool_calls,
-                finish_reason=gen.finish_reason,
-                parse_errors=parsed.errors,
-                reasoning=parsed.reasoning,
-                last_turn=turn == max_turns - 1,
+        step = await self._env_call(traj, env.step, action)
+        if not isinstance(step, StepResult):
+            raise EpisodeEnd(
+                StopReason.ENV_ERROR,
+                f"env.step must return agentrl.StepResult, got {type(step).__name__}",
             )
-            traj.messages.append(action.to_message())
-            cut = gen.cut
-            if cut:
-                # Cut by the token budget (or aborted): the turn is incomplete, so its tool
-                # calls are not run; the env still sees it, as the last turn, so an env
-                # that scores at the end (e.g. runs tests) can do so. Then the episode ends.
-                action = replace(action, tool_calls=(), parse_errors=(), last_turn=True)
-            elif sampled[-1] not in chat.eot_ids:
-                # Stopped on another stop token: close the turn as the template would,
-                # with tokens the model did not sample (masked out).
-                self._append(traj, [chat.eot_id], "observation")
-
-            if action.tool_calls or action.parse_errors:
-                traj.info["state"] = str(EpisodeState.PROCESSING_TOOLS)
-                t = time.perf_counter()
-                result = await executor.run(action.tool_calls, action.parse_errors)
-                self._add(traj.metrics, "tool_time_s", time.perf_counter() - t)
-                traj.tool_calls.extend({"turn": turn, **asdict(r)} for r in result.calls)
-                for k, v in result.metrics.items():
-                    self._add(traj.metrics, k, v)
-                action = replace(action, tool_results=tuple(result.messages))
-
-            step = await self._env_call(traj, env.step, action)
-            if not isinstance(step, StepResult):
-                raise _Stop(
-                    StopReason.ENV_ERROR,
-                    f"env.step must return agentrl.StepResult, got {type(step).__name__}",
-                )
-            span.reward = float(step.reward)
-            for k, v in step.metrics.items():
-                self._add(traj.metrics, k, float(v))
-            traj.info.update(step.info)
-            if cut:
-                raise _Stop(StopReason.MAX_TOKENS)
-            observed = _scrub(traj, _as_messages(list(step.observation), "env.step"))
-            new = [*action.tool_results, *observed]
-            traj.messages.extend(new)
-            if step.terminated:
-                raise _Stop(StopReason.DONE)
-            if step.truncated:
-                raise _Stop(StopReason.TRUNCATED)
-            if per_turn and turn == max_turns - 1:
-                break  # no next sample: it would be a prompt without a model turn
-            t = time.perf_counter()
-            try:
-                if per_turn:
-                    # The next turn is its own sample, prompted exactly as inference would be.
-                    delta = chat.prompt_ids(traj.messages)
-                else:
-                    delta = chat.delta_ids(
-                        new, after=traj.messages[len(traj.messages) - len(new) - 1]
-                    )
-            except TemplateError as e:
-                raise _Stop(StopReason.TOKENIZATION_ERROR, str(e)) from e
-            self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
+        span.reward = float(step.reward)
+        for k, v in step.metrics.items():
+            self._add(traj.metrics, k, float(v))
+        traj.info.update(step.info)
+        if cut:
+            raise EpisodeEnd(StopReason.MAX_TOKENS)
+        observed = scrub(traj, as_messages(list(step.observation), "env.step"))
+        new = [*action.tool_results, *observed]
+        traj.messages.extend(new)
+        if step.terminated:
+            raise EpisodeEnd(StopReason.DONE)
+        if step.truncated:
+            raise EpisodeEnd(StopReason.TRUNCATED)
+        if per_turn and turn == max_turns - 1:
+            raise EpisodeEnd(StopReason.MAX_TURNS)  # no next sample: a prompt without a model turn
+        t = time.perf_counter()
+        try:
             if per_turn:
-                if len(delta) >= cfg.max_total_tokens:
-                    raise _Stop(StopReason.MAX_TOKENS)  # the next sample's prompt alone is over
-                sample_start = len(traj.token_ids)
-                traj.sample_starts = traj.sample_starts or [0]
-                traj.sample_starts.append(sample_start)
-                self._append(traj, delta, "prompt")
+                # The next turn is its own sample, prompted exactly as inference would be.
+                delta = chat.prompt_ids(traj.messages)
             else:
-                self._append(traj, delta, "observation")
-            if len(traj.token_ids) - (sample_start if per_turn else 0) >= cfg.max_total_tokens:
-                raise _Stop(StopReason.MAX_TOKENS)
-        raise _Stop(StopReason.MAX_TURNS)
+                delta = chat.delta_ids(new, after=traj.messages[len(traj.messages) - len(new) - 1])
+        except TemplateError as e:
+            raise EpisodeEnd(StopReason.TOKENIZATION_ERROR, str(e)) from e
+        self._add(traj.metrics, "tokenize_time_s", time.perf_counter() - t)
+        if per_turn:
+            if len(delta) >= cfg.max_total_tokens:
+                raise EpisodeEnd(StopReason.MAX_TOKENS)  # the next sample's prompt alone is over
+            ep.sample_start = len(traj.token_ids)
+            traj.sample_starts = traj.sample_starts or [0]
+            traj.sample_starts.append(ep.sample_start)
+            self._append(traj, delta, "prompt")
+        else:
+            self._append(traj, delta, "observation")
+        if len(traj.token_ids) - (ep.sample_start if per_turn else 0) >= cfg.max_total_tokens:
+            raise EpisodeEnd(StopReason.MAX_TOKENS)

@@ -12,6 +12,7 @@ from typing import Any
 
 from agentrl.env import Env
 from agentrl.rollout.agent_loop import AgentLoop
+from agentrl.rollout.tree import TreeSampler, TreeSpec
 from agentrl.types import StopReason, Trajectory
 
 __all__ = ["RolloutResult", "RolloutRunner"]
@@ -49,8 +50,10 @@ class RolloutRunner:
     Args:
         loop: The AgentLoop that runs one episode.
         env_factory: Makes a fresh Env per episode (e.g. the Env class).
-        group_size: Episodes per task (G of GRPO).
-        max_concurrency: Most episodes in flight.
+        group_size: Episodes per task (G of GRPO); with ``tree``, leaves per task.
+        max_concurrency: Most episodes in flight (with ``tree``: most trees).
+        tree: Sample each group as tree rollouts of this shape (``agentrl.rollout.tree``);
+            None: G independent episodes.
 
     Example:
         >>> runner = RolloutRunner(loop, MyEnv, group_size=4)  # doctest: +SKIP
@@ -64,12 +67,14 @@ class RolloutRunner:
         *,
         group_size: int = 1,
         max_concurrency: int = 64,
+        tree: TreeSpec | None = None,
     ) -> None:
         if group_size < 1 or max_concurrency < 1:
             raise ValueError("group_size and max_concurrency must be ≥ 1")
         self.loop = loop
         self.env_factory = env_factory
         self.group_size = group_size
+        self.tree = tree
         self._sem = asyncio.Semaphore(max_concurrency)
 
     async def _episode(
@@ -98,6 +103,13 @@ class RolloutRunner:
     ) -> list[Trajectory]:
         task_id = _task_id(task, index)
         group_id = f"{batch}:{index}:{task_id}"
+        if self.tree is not None:
+            return await TreeSampler(self.loop, self.tree).group(
+                self.env_factory, task, task_id=task_id, group_id=group_id,
+                leaves=self.group_size,
+                seed=None if seed is None else seed + index * self.group_size,
+                slot=lambda: self._sem,
+            )  # fmt: skip
         seeds = [
             None if seed is None else seed + index * self.group_size + k
             for k in range(self.group_size)
@@ -153,6 +165,10 @@ def summarize(groups: list[list[Trajectory]]) -> RolloutResult:
         for t in trajs:
             totals.update(t.metrics)
         metrics.update({f"sum/{k}": float(v) for k, v in totals.items()})
+        leaves = [t for t in trajs if "tree" in t.info]
+        if leaves:  # tree rollouts: generated tokens per leaf (a shared turn counted once)
+            made = sum(t.metrics.get("tree_generated_tokens", 0.0) for t in leaves)
+            metrics["tree/generated_tokens_per_leaf"] = made / len(leaves)
     for reason, count in reasons.items():
         metrics[f"stop/{reason}"] = float(count)
     return RolloutResult(groups=groups, stop_reasons=dict(reasons), metrics=metrics)

@@ -7,12 +7,19 @@ A turn with neither a tool call nor an answer ends it with reward 0.
 
 The sandbox is started on the first tool call (episodes that never run code
 never start one) and closed in :meth:`RetoolEnv.close`.
+
+The env forks (tree rollouts, :meth:`RetoolEnv.fork`): the child gets its own sandbox, a
+copy of the parent's files (``fork_sandbox``), or an unstarted one when the parent never
+ran code. The ``python`` tool runs each call in a fresh interpreter (``python3 -c``), so
+its state between calls is the sandbox's files: forking the files forks the interpreter's
+state, with nothing to replay.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -22,7 +29,7 @@ from agentrl.builtin_tools.python_interpreter import PythonInterpreter
 from agentrl.env import Env
 from agentrl.loading.envs import register_env
 from agentrl.sandbox import SandboxPool, make_sandbox
-from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError
+from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError, fork_sandbox
 from agentrl.types import Action, Message, StepResult
 
 from .data import RetoolTask, Split, generate_tasks, load_tasks, parse_task
@@ -87,7 +94,7 @@ class LazySandbox:
         self._factory = factory or (lambda: make_sandbox("local"))
         self._pool = pool
         self._stack = contextlib.AsyncExitStack()
-        self._starting: asyncio.Task[Sandbox] | None = None
+        self._starting: asyncio.Future[Sandbox] | None = None
         self._broken: SandboxError | None = None
         self._closed = False
 
@@ -125,6 +132,23 @@ class LazySandbox:
 
     async def start(self) -> None:
         await self._get()
+
+    async def fork(self) -> LazySandbox:
+        """A LazySandbox of its own for a forked episode: a fork of the started sandbox
+        (``fork_sandbox``: a copy of its files now, owned and closed by the child), or, when
+        none was started, an unstarted one from the same factory or pool.
+
+        Raises:
+            SandboxError: The started sandbox cannot fork, or the fork failed.
+        """
+        child = LazySandbox(self._factory, pool=self._pool)
+        if self._starting is None:
+            return child
+        made = await fork_sandbox(await self._get())
+        child._stack.push_async_callback(made.close)
+        child._starting = asyncio.get_running_loop().create_future()
+        child._starting.set_result(made)
+        return child
 
     async def close(self) -> None:
         """Closes (or returns to the pool) the real sandbox if one was started; idempotent."""
@@ -297,6 +321,14 @@ class RetoolEnv(Env):
 
     def tools(self) -> Sequence[Any]:
         return (self._python,)
+
+    async def fork(self) -> RetoolEnv:
+        """This episode's copy for a tree branch: its own sandbox (see :meth:`LazySandbox.fork`:
+        the parent's files, which are the python tool's state) and interpreter bound to it."""
+        child = copy.copy(self)
+        child.sandbox = await self.sandbox.fork()
+        child._python = PythonInterpreter(child.sandbox, timeout_s=self.code_timeout_s)
+        return child
 
     def step(self, action: Action) -> StepResult:
         """Ends on a boxed answer (scored) or on a turn without tool calls (reward 0)."""
