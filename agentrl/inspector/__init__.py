@@ -2,7 +2,8 @@
 
 Episodes filterable by step, reward, stop reason and task; each episode's tokens
 coloured by loss mask or rollout probability, its turns, rewards, tool calls and
-sample boundaries; the dashboard's metrics per step. Plain HTML/JS/CSS shipped with
+sample boundaries; a tree rollout's group as a tree with each turn's advantage
+(:mod:`agentrl.inspector.tree`); the dashboard's metrics per step. Plain HTML/JS/CSS shipped with
 the package (``static/``), a JSON API behind it (:mod:`agentrl.inspector.app`).
 """
 

@@ -9,6 +9,9 @@ API (every list is paged with ``offset`` and ``limit``):
 - ``GET /api/episode/{id}``: one episode (``id`` is ``STEP-INDEX``, as the listing gives):
   tokens with loss mask, rollout logprob and weight version, turns and their rewards,
   sample boundaries, messages, tool calls with their outputs, metrics.
+- ``GET /api/tree/{id}``: the tree of a tree-rollout leaf's group: nodes (turns, value,
+  advantage), leaves (outcome, stop reason, each turn's advantage), as the trainer gave
+  them (:mod:`agentrl.inspector.tree`); ``error`` names what is wrong with bad tree data.
 - ``GET /api/metrics?keys=``: step series of the dashboard's metrics (or of ``keys``),
   the run's red flags and every numeric key there is.
 """
@@ -31,11 +34,25 @@ from agentrl.inspector.data import (
     numeric_keys,
 )
 from agentrl.inspector.tokens import TokenDecoder
+from agentrl.inspector.tree import (
+    NotATreeLeafError,
+    TreeError,
+    group_tree,
+    is_tree_leaf,
+    shaped_outcomes,
+    tree_settings,
+)
 from agentrl.reporting.dashboard import RULES, Flag, finite_number
 from agentrl.reporting.doctor import diagnose
 from agentrl.types import Message, StopReason, Trajectory
 
-__all__ = ["STATIC_DIR", "TRAINER_LOGPROBS_NOTE", "create_app", "episode_detail"]
+__all__ = [
+    "STATIC_DIR",
+    "TRAINER_LOGPROBS_NOTE",
+    "create_app",
+    "episode_detail",
+    "episode_tree",
+]
 
 STATIC_DIR = Path(__file__).parent / "static"
 _RULE_KEYS = {r.name: r.keys for r in RULES}
@@ -160,8 +177,56 @@ def episode_detail(
         "tool_time_s": finite_number(t.metrics.get("tool_time_s")),
         "metrics": {k: finite_number(v) for k, v in t.metrics.items()},
         "info": t.info,
+        "tree": is_tree_leaf(t),
         "error": t.error,
     }
+
+
+def episode_tree(
+    run: RunData, step: int, index: int, decoder: TokenDecoder | None
+) -> dict[str, Any]:
+    """The tree of the group of episode ``index`` of ``step``, JSON-ready (``group_tree``
+    plus ``step``, each leaf's ``id``, where the outcomes came from, notes, ``error``).
+
+    Raises:
+        KeyError: No such step or episode.
+        NotATreeLeafError: The episode is not a leaf of a tree rollout.
+    """
+    batch, start, discarded = run.file_of(step, index)
+    t = batch[index - start]
+    if not is_tree_leaf(t):
+        raise NotATreeLeafError(
+            f"episode {step}-{index} is not a leaf of a tree rollout (no info['tree']['node_ids'])"
+        )
+    members = [k for k, u in enumerate(batch) if u.group_id == t.group_id]
+    config = run.config_text()
+    settings = tree_settings(config)
+    notes = [f"settings: {settings.source}"]
+    if settings.estimator != "tree_grpo":
+        notes.append(
+            f"the run's estimator is {settings.estimator!r}: shown is what tree_grpo gives"
+        )
+    if settings.whiten:
+        notes.append("trainer.advantage.whiten is on: the trainer then whitened over the batch")
+    outcomes: list[float] = [float(batch[k].reward) for k in members]
+    if discarded:
+        how = "the episodes' rewards (discarded episodes: not trained)"
+    else:
+        scores, how = shaped_outcomes(batch, config)
+        if any(scores[k] is None for k in members):
+            notes.append("trainer.shaping.dynamic_filter dropped this group: it was not trained")
+        else:
+            outcomes = [float(scores[k] or 0.0) for k in members]
+    leaves = [batch[k] for k in members]
+    decode = decoder.decode if decoder is not None else None
+    try:
+        view = group_tree(leaves, outcomes=outcomes, settings=settings, decode=decode)
+        error = None
+    except TreeError as e:
+        view, error = {"group_id": t.group_id, "nodes": [], "leaves": []}, str(e)
+    for k, leaf in zip(members, view["leaves"], strict=False):
+        leaf["id"] = f"{step}-{start + k}"
+    return {**view, "step": step, "outcomes_from": how, "notes": notes, "error": error}
 
 
 def _flag(f: Flag) -> dict[str, Any]:
@@ -259,6 +324,16 @@ def create_app(
         except KeyError:
             raise HTTPException(404, f"no episode {eid} (step {step}, index {index})") from None
         return episode_detail(t, step, index, decoder)
+
+    @app.get("/api/tree/{eid}")
+    def tree(eid: str) -> dict[str, Any]:
+        step, index = _parse_id(eid)
+        try:
+            return episode_tree(run, step, index, decoder)
+        except NotATreeLeafError as e:
+            raise HTTPException(404, str(e)) from None
+        except KeyError:
+            raise HTTPException(404, f"no episode {eid} (step {step}, index {index})") from None
 
     @app.get("/api/metrics")
     def metrics(keys: str = "") -> dict[str, Any]:

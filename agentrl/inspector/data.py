@@ -214,6 +214,23 @@ class RunData:
                 rest -= len(trajs)
         raise KeyError(f"{step}-{index}")
 
+    def file_of(self, step: int, index: int) -> tuple[list[Trajectory], int, bool]:
+        """The episodes of the file of ``step`` that holds episode ``index`` (the step's
+        trained batch, or its discarded episodes), the index of its first, and whether
+        they are the discarded ones.
+
+        Raises:
+            KeyError: No such step or episode.
+        """
+        start = 0
+        if index >= 0:
+            for path in self._files(step):
+                trajs = self._file_trajectories(path)
+                if index < start + len(trajs):
+                    return trajs, start, path.parent.name == "discarded"
+                start += len(trajs)
+        raise KeyError(f"{step}-{index}")
+
     # ----------------------------------------------------------------- metrics
 
     def metric_rows(self) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ it this test fails, it does not skip. ``AGENTRL_CHROMIUM`` names another binary.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ARTIFACT_DIR = Path(os.environ.get("AGENTRL_TEST_ARTIFACTS", Path(tempfile.gettempdir())))
 SCREENSHOT = ARTIFACT_DIR / "agentrl-inspector.png"
+TREE_SCREENSHOT = ARTIFACT_DIR / "agentrl-inspector-tree.png"
 
 
 def _chromium() -> str:
@@ -74,8 +76,8 @@ def run_dir(attached_server_url, untrained_model_dir, tmp_path_factory) -> Path:
     return run
 
 
-@pytest.fixture(scope="module")
-def inspector(run_dir) -> Iterator[str]:
+@contextlib.contextmanager
+def _serve(run_dir: Path) -> Iterator[str]:
     """`agentrl view RUN_DIR --web --port 0` as a process; yields its base URL."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "agentrl.cli", "view", str(run_dir), "--web", "--port", "0"]
@@ -101,6 +103,24 @@ def inspector(run_dir) -> Iterator[str]:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def inspector(run_dir) -> Iterator[str]:
+    with _serve(run_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tree_inspector(tmp_path_factory) -> Iterator[str]:
+    """The inspector on a run dir of tree-rollout leaves written by the test (no training:
+    the 2x2 tree of tests/helpers/tree_runs.py, a broken tree and a plain group)."""
+    from tests.helpers.tree_runs import write_tree_run
+
+    run = tmp_path_factory.mktemp("tree-run")
+    write_tree_run(run)
+    with _serve(run) as url:
+        yield url
 
 
 class DevTools:
@@ -264,3 +284,69 @@ def test_page_renders_a_real_run_in_chromium(run_dir, inspector, browser, capsys
     SCREENSHOT.write_bytes(shot)
     with capsys.disabled():
         print(f"\ninspector screenshot: {SCREENSHOT}")
+
+
+def test_tree_view_renders_in_chromium(tree_inspector, browser, capsys):
+    # The 2x2 tree (R = 1, 0, 0, 0; norm_by_std from the run's config): each node with its
+    # value and advantage, text collapsed; each leaf's outcome and per-turn advantages.
+    dt = browser
+    dt.call("Page.enable")
+    dt.call("Page.navigate", url=tree_inspector + "?step=1&episode=1-1")
+    dt.wait("document.body && document.body.dataset.ready === '1'")
+    dt.wait("document.body.dataset.tree === 'g1'")
+    nodes = dt.eval(
+        "[...document.querySelectorAll('#tree-view li.tree-node')].map(li => [li.dataset.node, "
+        "Number(li.dataset.value), Number(li.dataset.adv), li.classList.contains('on-path'), "
+        "li.parentElement.closest('li.tree-node')?.dataset.node ?? null])"
+    )
+    s = 0.5 + 1e-6
+    want = [
+        ("0", 0.25, 0.0, True, None),
+        ("0.0", 0.5, 0.25 / s, True, "0"),
+        ("0.0.0", 1.0, 0.5 / s, False, "0.0"),
+        ("0.0.1", 0.0, -0.5 / s, True, "0.0"),
+        ("0.1", 0.0, -0.25 / s, False, "0"),
+        ("0.1.0", 0.0, 0.0, False, "0.1"),
+        ("0.1.1", 0.0, 0.0, False, "0.1"),
+    ]
+    assert [n[0] for n in nodes] == [w[0] for w in want]
+    for got, w in zip(nodes, want, strict=True):
+        assert got[1:3] == pytest.approx(w[1:3]) and tuple(got[3:]) == w[3:]
+    # A node's turns are collapsed until opened; then its text (and the tool/env reply) shows.
+    sel = '#tree-view li[data-node="0.1"] > details.node-turns'
+    assert dt.eval(f"document.querySelector('{sel}').open") is False
+    dt.eval(f"document.querySelector('{sel}').open = true; true")
+    text = dt.eval(f"document.querySelector('{sel}').innerText")
+    assert "step 0.1" in text and "seen 0.1" in text
+    leaves = dt.eval(
+        "[...document.querySelectorAll('#tree-leaves tbody tr')].map(r => [r.dataset.leaf, "
+        "r.cells[2].textContent, r.cells[3].textContent])"
+    )
+    assert leaves == [
+        ["1-0", "1", "done"],
+        ["1-1", "0", "done"],
+        ["1-2", "0", "max_tokens"],
+        ["1-3", "0", "done"],
+    ]
+    how = dt.eval("document.getElementById('tree-how').textContent")
+    assert "norm_by_std true" in how and "config.yaml" in how
+    # A leaf's link opens that episode, with the same tree.
+    dt.eval("document.querySelector('#tree-leaves a[data-open=\"1-0\"]').click(); true")
+    dt.wait("document.body.dataset.episode === '1-0' && document.body.dataset.tree === 'g1'")
+    dt.eval("document.getElementById('tree-view').scrollIntoView(); true")
+    shot = base64.b64decode(dt.call("Page.captureScreenshot", format="png")["data"])
+    TREE_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    TREE_SCREENSHOT.write_bytes(shot)
+    with capsys.disabled():
+        print(f"\ninspector tree screenshot: {TREE_SCREENSHOT}")
+    # A group whose tree data is broken: a clear error in the tree's place, the page works.
+    dt.eval("document.querySelector('#episodes tr[data-id=\"1-5\"]').click(); true")
+    dt.wait("document.body.dataset.episode === '1-5' && document.body.dataset.tree === 'error'")
+    err = dt.eval("document.getElementById('tree-error').textContent")
+    assert "node 'x' has two parents" in err
+    assert dt.eval("document.getElementById('status').textContent") == ""
+    assert dt.eval("document.querySelectorAll('#tokens .tok').length") > 0
+    # A plain group shows no tree.
+    dt.eval("document.querySelector('#episodes tr[data-id=\"1-6\"]').click(); true")
+    dt.wait("document.body.dataset.episode === '1-6'")
+    assert dt.eval("document.getElementById('tree-view')") is None

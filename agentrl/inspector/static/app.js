@@ -214,6 +214,8 @@
     h += '<div class="kv" id="episode-kv">' +
       kv.map(([k, v]) => `<span><b>${k}</b> <span data-k="${k}">${esc(v)}</span></span>`).join("") + "</div>";
     if (ep.error) h += `<pre class="error">${esc(ep.error)}</pre>`;
+    if (ep.tree) h += '<div id="tree-view"><h3>Tree of group ' + esc(ep.group_id) +
+      '</h3><p class="muted">loading…</p></div>';
     h += '<h3>Tokens <select id="color-by"><option value="mask">colour by loss mask</option>' +
       '<option value="logprob">colour by rollout probability</option></select></h3>';
     h += '<div class="legend"><span class="tok m1">model token (loss mask 1)</span>' +
@@ -254,6 +256,61 @@
     return h;
   }
 
+  // ------------------------------------------------------------------ tree rollouts
+
+  function advClass(a) { return a === null ? "" : a > 0 ? " pos" : a < 0 ? " neg" : ""; }
+
+  function renderTree(tr, epId) {
+    if (tr.error) {
+      return `<h3>Tree of group ${esc(tr.group_id)}</h3><p class="error" id="tree-error">` +
+        `Cannot show this group as a tree: ${esc(tr.error)}</p>`;
+    }
+    const byId = new Map(tr.nodes.map((n) => [n.id, n]));
+    const me = tr.leaves.find((l) => l.id === epId);
+    const onPath = new Set(me ? me.path : []);
+    const node = (n) => {
+      const turns = n.turns.map((t) => `<div class="tree-turn"><span class="turn-mark">turn ` +
+        `${t.turn + 1}</span><pre>${esc(t.text)}</pre>` +
+        (t.after ? `<pre class="after">${esc(t.after)}</pre>` : "") + "</div>").join("");
+      const out = tr.leaves.filter((l) => l.path[l.path.length - 1] === n.id).map((l) =>
+        ` · <span class="leaf-out">leaf <a href="#" data-open="${esc(l.id)}">${esc(l.id)}</a> ` +
+        `r=${fmt(l.reward, 4)} · ${esc(l.stop_reason)}</span>`).join("");
+      const head = `<span class="node-id">${esc(n.id)}</span> · V=${fmt(n.value, 4)} · ` +
+        `<span class="adv${advClass(n.advantage)}" title="${n.choice ? "V(node) − V(parent); under the " +
+          "group: V − group mean" : "its parent's only child: no choice here, the parent's Â"}">` +
+        `Â=${fmt(n.advantage, 4)}${n.choice ? "" : " (only child)"}</span> · ${n.leaves.length} ` +
+        `${n.leaves.length === 1 ? "leaf" : "leaves"}${out}`;
+      const kids = n.children.map((c) => node(byId.get(c))).join("");
+      return `<li class="tree-node${onPath.has(n.id) ? " on-path" : ""}" data-node="${esc(n.id)}" ` +
+        `data-value="${n.value}" data-adv="${n.advantage}"><div class="node-head">${head}</div>` +
+        `<details class="node-turns"><summary>${n.turns.length} turn(s)</summary>${turns}</details>` +
+        (kids ? `<ul>${kids}</ul>` : "") + "</li>";
+    };
+    const roots = tr.nodes.filter((n) => n.parent === null).map(node).join("");
+    const st = tr.settings, g = tr.group;
+    let h = `<h3>Tree of group ${esc(tr.group_id)} <span class="muted">(${tr.leaves.length} leaves)</span></h3>`;
+    h += `<p class="muted" id="tree-how">Advantages as the trainer's tree_grpo gives them: ` +
+      `group mean ${fmt(g.mean, 4)}, std ${fmt(g.std, 4)}, norm_by_std ${st.norm_by_std}` +
+      `${st.norm_by_std ? ` (Â ÷ (std + ${st.eps}))` : ""}, γ ${st.gamma}; outcomes: ` +
+      `${esc(tr.outcomes_from)}. ${tr.notes.map(esc).join("; ")}.</p>`;
+    h += `<ul class="tree">${roots}</ul>`;
+    h += '<table id="tree-leaves"><thead><tr><th>leaf</th><th>reward</th><th>outcome</th><th>stop</th>' +
+      "<th>Â per turn</th></tr></thead><tbody>" + tr.leaves.map((l) =>
+      `<tr data-leaf="${esc(l.id)}"${l.id === epId ? ' class="selected"' : ""}><td><a href="#" ` +
+      `data-open="${esc(l.id)}">${esc(l.id)}</a> <span class="muted">${esc(l.path.join(" › "))}` +
+      `</span></td><td>${fmt(l.reward, 4)}</td><td>${fmt(l.outcome, 4)}</td><td>${esc(l.stop_reason)}</td>` +
+      `<td>${l.trained ? l.turn_advantages.map((a) => `<span class="adv${advClass(a)}">${fmt(a, 3)}</span>`)
+        .join(" ") : "not trained (no model turn)"}</td></tr>`).join("") + "</tbody></table>";
+    return h;
+  }
+
+  async function showTree(id) {
+    const tr = await api("/api/tree/" + encodeURIComponent(id));
+    if (state.episode !== id || !$("tree-view")) return;
+    $("tree-view").innerHTML = renderTree(tr, id);
+    document.body.dataset.tree = tr.error ? "error" : tr.group_id;
+  }
+
   async function showEpisode(id) {
     state.episode = id;
     writeUrl();
@@ -269,6 +326,16 @@
       $("tokens").innerHTML = renderTokens(current);
     });
     document.body.dataset.episode = id;
+    delete document.body.dataset.tree;
+    if (ep.tree) {
+      $("tree-view").addEventListener("click", guard(async (ev) => {
+        const a = ev.target.closest("a[data-open]");
+        if (!a) return;
+        ev.preventDefault();
+        await showEpisode(a.dataset.open);
+      }));
+      await showTree(id);
+    }
   }
 
   // ------------------------------------------------------------------ wiring
