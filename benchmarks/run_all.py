@@ -38,6 +38,7 @@ BENCHMARKS = [
     "benchmarks.async_real",
     "benchmarks.sandbox_local",
     "benchmarks.sandbox_docker",
+    "benchmarks.sandbox_fork",
     "benchmarks.sandbox_fork_docker",
     "benchmarks.trainer_microbatch",
     "benchmarks.trainer_shared_prefix",
@@ -53,6 +54,7 @@ BENCHMARKS = [
     "benchmarks.vs_trl",
     "benchmarks.lora_vs_full",
     "benchmarks.swe_train",
+    "benchmarks.tree_vs_flat",
 ]
 
 # Arguments of the full run (``make bench``).
@@ -72,6 +74,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.async_real": ["--steps", "3", "--eval-tasks", "16"],
     "benchmarks.sandbox_local": ["--n", "30"],
     "benchmarks.sandbox_docker": ["--n", "10"],
+    "benchmarks.sandbox_fork": ["--n", "5"],
     "benchmarks.sandbox_fork_docker": ["--n", "5"],
     "benchmarks.trainer_microbatch": ["--rounds", "1"],
     "benchmarks.trainer_shared_prefix": ["--rounds", "1"],
@@ -87,6 +90,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.vs_trl": ["--quick"],
     "benchmarks.lora_vs_full": ["--quick"],
     "benchmarks.swe_train": ["--quick"],
+    "benchmarks.tree_vs_flat": ["--quick"],
 }
 
 
