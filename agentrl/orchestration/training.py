@@ -28,6 +28,7 @@ from agentrl.orchestration.driver import Driver, GroupRunner, StepOutput, SyncWe
 from agentrl.orchestration.evaluate import evaluate
 from agentrl.orchestration.heap import frozen_heap
 from agentrl.orchestration.phases import describe_phases
+from agentrl.orchestration.prefix_cache import PrefixCacheMeter
 from agentrl.orchestration.resume import (
     find_resume_checkpoint,
     log_tasks,
@@ -164,8 +165,9 @@ async def drive(
     try:
         with frozen_heap():  # full collections walk only what the run creates
             return await _loop(
-                prep, driver, trainer, run_eval, progress, resume, say, on_step, watch
-            )
+                prep, driver, trainer, run_eval, progress, resume, say, on_step, watch,
+                PrefixCacheMeter(llm),
+            )  # fmt: skip
     finally:
         progress.close()
         if any(True for _ in run.metrics()):
@@ -182,6 +184,7 @@ async def _loop(
     say: Callable[[str], None],
     on_step: Callable[[int, dict[str, float]], None] | None,
     watch: RunWatch,
+    cache: PrefixCacheMeter,
 ) -> RunResult:
     cfg, run, stop = prep.cfg, prep.run, driver.stop
     saved = driver.step if resume else -1  # the step the newest checkpoint holds
@@ -200,6 +203,7 @@ async def _loop(
         watch.discarded(f"step {out.step}", out.discarded, saved)
 
     before = await run_eval(driver.step) if not resume else {}
+    await cache.mark()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, stop.set)
@@ -207,6 +211,7 @@ async def _loop(
     evaluated, started = clock.seconds.get("evaluation", 0.0), time.monotonic()
     try:
         async for out in await driver.run(cfg.steps):
+            out.metrics.update(await cache.step())
             record(out)
             if on_step:
                 on_step(out.step, out.metrics)
@@ -220,6 +225,7 @@ async def _loop(
             if mid_eval and watch.failed is None:
                 await driver.settle()  # (overlap_push) the servers hold this step's weights
                 await run_eval(out.step)
+                await cache.mark()
         interrupted = stop.is_set() and watch.reason is None and watch.failed is None
     except Exception as e:
         raise await _crashed(e, driver, run, record, checkpoint, lambda: saved, say) from e

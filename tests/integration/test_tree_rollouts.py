@@ -8,6 +8,7 @@ Without ``rollout.tree`` the run would sample 4 independent episodes: no leaf wo
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,6 +68,12 @@ def test_one_step_of_tree_rollouts_trains_on_forked_leaves(
     assert sum(t.metrics["tree_generated_tokens"] for t in leaves) < sum(
         t.num_model_tokens for t in leaves
     )
+    # The server's own prefix cache served the branches' shared prefixes: its counters,
+    # read from /metrics, show hits in the step.
+    train = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [m for m in train if m.get("kind") == "train"]
+    assert train[0]["inference/prefix_cache_hit_tokens"] > 0
+    assert 0 < train[0]["inference/prefix_cache_hit_rate"] <= 1
     # The run trained with tree_grpo (grpo, the default, became it at start-up).
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["trainer"]["advantage"]["estimator"] == "tree_grpo"
