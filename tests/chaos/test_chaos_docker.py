@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.chaos.harness import REPO, ChaosRecord
+from tests.integration.docker_fixtures import containers
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -69,12 +70,7 @@ def _ensure_engine() -> None:
 
 
 def _our_containers(pid: int) -> list[str]:
-    r = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=agentrl.sandbox=1",
-         "--filter", f"label=agentrl.pid={pid}"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-    return r.stdout.split()
+    return containers({"agentrl.pid": str(pid)}, check=False)
 
 
 def _policy(calls: list[tuple[str, dict[str, Any]]]) -> Any:

@@ -23,6 +23,17 @@ LIMITS = SandboxLimits(
 )
 
 
+def containers(labels: dict[str, str], *, check: bool = True) -> list[str]:
+    """Ids of the sandbox containers, running or not, that carry all of ``labels`` (e.g.
+    ``{"agentrl.pid": str(os.getpid())}``: this process's; other tests may run Docker too)."""
+    filters = [f"label={k}={v}" for k, v in {"agentrl.sandbox": "1", **labels}.items()]
+    r = subprocess.run(
+        ["docker", "ps", "-aq", *(a for f in filters for a in ("--filter", f))],
+        capture_output=True, text=True, timeout=30, check=check,
+    )  # fmt: skip
+    return r.stdout.split()
+
+
 def _engine_answers() -> bool:
     try:
         import docker

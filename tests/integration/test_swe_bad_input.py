@@ -26,7 +26,7 @@ from agentrl.rollout import AgentLoop, LoopConfig
 from agentrl.testing.scripted_server import ScriptedLLM, TextPolicy
 from agentrl.types import StopReason, Trajectory
 from tests.integration import docker_fixtures
-from tests.integration.docker_fixtures import LIMITS
+from tests.integration.docker_fixtures import LIMITS, containers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 docker_image = docker_fixtures.docker_image  # the session fixture, under its own name
@@ -89,12 +89,7 @@ def test_no_engine_at_start_is_one_message(untrained_model_dir, tmp_path) -> Non
 
 
 def _containers() -> list[str]:
-    r = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=agentrl.sandbox=1",
-         "--filter", f"label=agentrl.pid={os.getpid()}"],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
-    return r.stdout.split()
+    return containers({"agentrl.pid": str(os.getpid())})
 
 
 def _policy(command: str) -> Any:

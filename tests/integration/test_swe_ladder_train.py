@@ -6,7 +6,6 @@ validates a sample of the generated tasks (the unit tests check all of them in-p
 from __future__ import annotations
 
 import random
-import subprocess
 
 import pytest
 
@@ -17,6 +16,7 @@ from agentrl.orchestration.run import train
 from agentrl.reporting.run_dir import RunDir, read_trajectories
 from agentrl.sandbox.docker_owner import RUN_ID
 from tests.integration import docker_fixtures
+from tests.integration.docker_fixtures import containers
 
 docker_image = docker_fixtures.docker_image  # the session fixture, under its own name
 
@@ -25,11 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 def _containers() -> list[str]:
     """Containers this process created (other tests may run Docker at the same time)."""
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=agentrl.run={RUN_ID}"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return out.stdout.split()
+    return containers({"agentrl.run": RUN_ID})
 
 
 async def test_two_steps_on_tiny_are_graded_in_fresh_containers(
