@@ -216,7 +216,7 @@ class TreeSampler:
             return 1
         if b.branch_turns and b.branch_turns[-1] == ep.turn:
             return 1  # each child plays a turn of its own before it branches again
-        if s.max_tree_tokens is not None and tree.tokens >= s.max_tree_tokens:
+        if self._pruned(tree):
             return 1
         if ep.turn == ep.max_turns - 1:
             return quota  # the last turn: every leaf still to give branches here
