@@ -1,8 +1,10 @@
 """DockerSandboxPool: warm Docker sandboxes handed out in milliseconds, never reused dirty.
 
 The pool keeps ``size`` containers (warm + leased + being created). ``acquire()`` admits at
-most ``size`` leases at once (later acquirers wait, bounded by a timeout) and hands out a
-warm container without touching the engine. ``release()`` either replaces the container by
+most ``size`` leases at once and hands out a warm container without touching the engine.
+Past capacity, acquirers queue: at most ``max_waiting`` of them, each for at most
+``acquire_timeout_s``; one past either bound gets one :class:`PoolCapacityError` naming
+the setting to raise. ``release()`` either replaces the container by
 a fresh one prepared in the background (``reuse="replace"``, the default: nothing an
 episode did can leak into the next) or kills all its processes and empties its work
 directories before reuse (``reuse="reset"``, faster to recycle). A container that died, hung
@@ -22,10 +24,19 @@ from typing import Any, Literal, Self
 from agentrl.sandbox.base import ExecResult, SandboxError, SandboxLimits
 from agentrl.sandbox.docker import DockerSandbox, reap_orphans
 
-__all__ = ["DockerSandboxPool"]
+__all__ = ["DockerSandboxPool", "PoolCapacityError", "PoolWaitTimeout"]
 
 _DEFAULT_LIMITS = SandboxLimits()
 _FATAL_AFTER = 3  # consecutive start failures with nothing alive: acquirers get the error
+
+
+class PoolCapacityError(SandboxError):
+    """No sandbox for an acquire: ``max_waiting`` acquirers already wait (the message
+    names the setting to raise)."""
+
+
+class PoolWaitTimeout(PoolCapacityError, TimeoutError):
+    """No sandbox became free within the acquire's wait (``acquire_timeout_s``)."""
 
 
 def _pct(values: collections.deque[float], q: float) -> float:
@@ -45,6 +56,12 @@ class DockerSandboxPool:
         reuse: ``"replace"`` (fresh container per lease) or ``"reset"`` (wipe and reuse).
         health_interval_s: How often warm containers are checked (0 disables the monitor).
         max_concurrent_starts: Containers created at once (keeps the engine responsive).
+        max_waiting: Acquirers that may wait at once while all ``size`` are leased (or
+            being prepared); one more gets :class:`PoolCapacityError` at once, naming this
+            setting. A queue, not a failure: waiting acquirers get a sandbox as leases
+            return.
+        acquire_timeout_s: How long an ``acquire`` waits at most (finite); past it,
+            :class:`PoolWaitTimeout` (a ``TimeoutError``) naming this setting.
         reap: Remove orphaned sandbox containers of dead processes at start.
         factory: Makes one unstarted sandbox (tests, custom options); ``sandbox_kwargs`` are
             passed to :class:`DockerSandbox` otherwise.
@@ -59,13 +76,23 @@ class DockerSandboxPool:
         reuse: Literal["replace", "reset"] = "replace",
         health_interval_s: float = 30.0,
         max_concurrent_starts: int = 2,
+        max_waiting: int = 1024,
+        acquire_timeout_s: float = 120.0,
         reap: bool = True,
         factory: Callable[[], DockerSandbox] | None = None,
         **sandbox_kwargs: Any,
     ) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
+        if max_waiting < 0:
+            raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
+        if not 0 < acquire_timeout_s < float("inf"):
+            raise ValueError(
+                f"acquire_timeout_s must be positive and finite, got {acquire_timeout_s}"
+            )
         self.size = size
+        self.max_waiting = max_waiting
+        self.acquire_timeout_s = acquire_timeout_s
         self.reuse = reuse
         self.health_interval_s = health_interval_s
         self._reap = reap
@@ -87,8 +114,13 @@ class DockerSandboxPool:
         self._acquire_s: collections.deque[float] = collections.deque(maxlen=10_000)
         self._exec_s: collections.deque[float] = collections.deque(maxlen=10_000)
         self._start_s: collections.deque[float] = collections.deque(maxlen=1_000)
+        self._wait_s: collections.deque[float] = collections.deque(maxlen=10_000)
         self.failures = 0
         self.replaced = 0
+        self.waiting = 0  # acquirers queued now
+        self.queued = 0  # acquires that had to wait for a sandbox
+        self.refused = 0  # acquires refused: max_waiting already queued
+        self.wait_timeouts = 0  # acquires that waited acquire_timeout_s in vain
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self, *, wait: bool = True) -> None:
@@ -149,36 +181,73 @@ class DockerSandboxPool:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------- leases
-    async def acquire(self, timeout_s: float | None = 120.0) -> DockerSandbox:
-        """A warm sandbox for one episode; waits while ``size`` are leased.
+    async def acquire(self, timeout_s: float | None = None) -> DockerSandbox:
+        """A warm sandbox for one episode; queues while ``size`` are leased.
+
+        Args:
+            timeout_s: The longest wait (None: the pool's ``acquire_timeout_s``).
 
         Raises:
-            TimeoutError: None became free within ``timeout_s``.
+            PoolCapacityError: ``max_waiting`` acquirers already wait.
+            PoolWaitTimeout: None became free within the wait (a ``TimeoutError``).
             SandboxError: The pool is closed, or containers keep failing to start.
         """
         if not self._started:
             await self.start(wait=False)
+        wait_s = self.acquire_timeout_s if timeout_s is None else timeout_s
         t0 = time.perf_counter()
-        async with asyncio.timeout(timeout_s), self._cond:
-            while True:
-                await self._cond.wait_for(
-                    lambda: (
-                        self._closed
-                        or self._fatal()
-                        or (bool(self._warm) and len(self._leased) < self.size)
-                    )
-                )
-                if self._closed:
-                    raise SandboxError("sandbox pool is closed")
-                self._raise_if_fatal()
-                sb = self._warm.popleft()
-                if sb.dead:  # died while warm: replace, try the next
-                    self._discard(sb)
-                    continue
-                self._leased.add(sb)
-                break
-        self._acquire_s.append(time.perf_counter() - t0)
+        queued = False
+        try:
+            async with asyncio.timeout(wait_s), self._cond:
+                while True:
+                    if not self._ready():
+                        if not queued:
+                            self._enqueue()
+                            queued = True
+                        await self._cond.wait_for(self._ready)
+                    if self._closed:
+                        raise SandboxError("sandbox pool is closed")
+                    self._raise_if_fatal()
+                    sb = self._warm.popleft()
+                    if sb.dead:  # died while warm: replace, try the next
+                        self._discard(sb)
+                        continue
+                    self._leased.add(sb)
+                    break
+        except TimeoutError as e:
+            if isinstance(e, SandboxError):
+                raise
+            self.wait_timeouts += 1
+            raise PoolWaitTimeout(
+                f"sandbox pool: no sandbox free within {wait_s:g}s ({len(self._leased)} of "
+                f"size={self.size} leased, {self.waiting} waiting); raise acquire_timeout_s "
+                "to wait longer, or the pool size (SweEnv: sandbox_pool_size) to run more "
+                "at once"
+            ) from None
+        finally:
+            if queued:
+                self.waiting -= 1
+        waited = time.perf_counter() - t0
+        self._acquire_s.append(waited)
+        if queued:
+            self._wait_s.append(waited)
         return sb
+
+    def _ready(self) -> bool:
+        """An acquire can go on now (a lease to hand out, or an error to raise)."""
+        return self._closed or self._fatal() or (bool(self._warm) and len(self._leased) < self.size)
+
+    def _enqueue(self) -> None:
+        if self.waiting >= self.max_waiting:
+            self.refused += 1
+            raise PoolCapacityError(
+                f"sandbox pool full: {len(self._leased)} of size={self.size} leased and "
+                f"{self.waiting} requests already waiting (max_waiting={self.max_waiting}); "
+                "raise max_waiting to queue more, or the pool size (SweEnv: "
+                "sandbox_pool_size) to run more at once"
+            )
+        self.waiting += 1
+        self.queued += 1
 
     async def release(self, sb: DockerSandbox) -> None:
         """Returns a leased sandbox; it is replaced (or reset) in the background."""
@@ -199,7 +268,7 @@ class DockerSandboxPool:
             self._cond.notify_all()
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, timeout_s: float | None = 120.0) -> AsyncIterator[DockerSandbox]:
+    async def sandbox(self, timeout_s: float | None = None) -> AsyncIterator[DockerSandbox]:
         """``async with pool.sandbox() as sb:`` acquires and always releases."""
         sb = await self.acquire(timeout_s)
         try:
@@ -222,7 +291,9 @@ class DockerSandboxPool:
         self._exec_s.append(result.duration_s)
 
     def metrics(self) -> dict[str, float]:
-        """Acquire/exec latency percentiles (ms), cold start, failures and containers alive."""
+        """Acquire/exec latency percentiles (ms), cold start, failures, containers alive, and
+        the queue: waiting now, queued (acquires that waited), refused (``max_waiting``
+        reached), wait timeouts and the longest wait (ms) of a queued acquire."""
         return {
             "acquire_p50_ms": _pct(self._acquire_s, 0.5),
             "acquire_p95_ms": _pct(self._acquire_s, 0.95),
@@ -234,6 +305,11 @@ class DockerSandboxPool:
             "alive": float(len(self._warm) + len(self._leased)),
             "warm": float(len(self._warm)),
             "leased": float(len(self._leased)),
+            "waiting": float(self.waiting),
+            "queued": float(self.queued),
+            "refused": float(self.refused),
+            "wait_timeouts": float(self.wait_timeouts),
+            "max_wait_ms": max(self._wait_s, default=0.0) * 1e3,
         }
 
     # ---------------------------------------------------------------- internals
