@@ -52,12 +52,20 @@ engine_up && exit 0
 start_dockerd() {  # $1 = storage driver
   say "starting dockerd (storage driver $1), log: $LOG"
   $SUDO mkdir -p "$DATA_ROOT" "$(dirname "$LOG")"
-  # setsid + nohup: the daemon outlives this script and the shell that ran it.
-  $SUDO setsid nohup dockerd \
-    --storage-driver="$1" \
-    --data-root="$DATA_ROOT" \
-    --iptables=false --ip6tables=false --bridge=none --ip-forward=false \
-    >>"$LOG" 2>&1 </dev/null &
+  # setsid + nohup: the daemon outlives this script and the shell that ran it. It must
+  # not inherit this script's other file descriptors: a lock (`flock LOCK make test`) or
+  # a pipe held by the daemon would be held for as long as the daemon runs.
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      ((fd > 2)) && eval "exec $fd>&-"
+    done 2>/dev/null
+    exec $SUDO setsid nohup dockerd \
+      --storage-driver="$1" \
+      --data-root="$DATA_ROOT" \
+      --iptables=false --ip6tables=false --bridge=none --ip-forward=false \
+      >>"$LOG" 2>&1 </dev/null
+  ) &
 }
 
 wait_engine() {  # $1 = seconds
