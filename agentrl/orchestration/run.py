@@ -107,7 +107,9 @@ async def _train_local(
         )
         log_dir = str(prep.run.path / "logs")
         with prep.clock.phase("servers"):
-            fleet = await _open_fleet(prep, num_servers=cfg.inference.num_servers, log_dir=log_dir)
+            fleet = await _open_fleet(
+                prep, num_servers=cfg.inference.num_servers, log_dir=log_dir, say=say
+            )
         stack.push_async_callback(fleet.close)
         with prep.clock.phase("trainer start"):
             trainer = await _start_trainer(cfg, prep.model_dir, stack)
@@ -186,7 +188,9 @@ async def _start_worker(
     return ThreadedTrainer(built, thread)
 
 
-async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) -> Fleet:
+async def _open_fleet(
+    prep: Prepared, *, num_servers: int, log_dir: str | None, say: Callable[[str], None]
+) -> Fleet:
     """Attaches to ``inference.urls`` (checked first), or launches ``num_servers`` servers."""
     from agentrl.inference.fleet import Fleet
     from agentrl.inference.server import ServerStartError
@@ -195,12 +199,20 @@ async def _open_fleet(prep: Prepared, *, num_servers: int, log_dir: str | None) 
     api: str = cfg.inference.api
     if cfg.inference.urls:
         key = attached_key(cfg)
-        await check_servers(cfg.inference.urls, api_key=key)
+        down = await check_servers(cfg.inference.urls, api_key=key)
+        up = [u for u in cfg.inference.urls if u not in down]
         if api == "auto":
-            api = await detect_api(cfg.inference.urls, api_key=key)
-        return await Fleet.attach(
+            api = await detect_api(up, api_key=key)
+        fleet = await Fleet.attach(
             cfg.inference.urls, api=api, api_key=key, lora_adapters=serves_adapters(cfg.trainer)
         )
+        for url, why in down.items():  # it joins, with the current weights, once it answers
+            fleet.router.set_healthy(url, False)
+            say(
+                f"warning: inference server {url} does not answer ({why}); starting on the "
+                f"{len(up)} that do, it joins once it answers"
+            )
+        return fleet
     try:
         config = server_config(cfg, prep.model_dir, log_dir)
         return await Fleet.launch(
@@ -221,7 +233,7 @@ async def evaluate_model(cfg: RunConfig, *, say: Callable[[str], None] = print) 
     async with contextlib.AsyncExitStack() as shared:
         extra = await open_env_resources(prep.env_cls, cfg.env_kwargs, shared)
         prep = with_env_resources(prep, extra)
-        fleet = await _open_fleet(prep, num_servers=1, log_dir=None)
+        fleet = await _open_fleet(prep, num_servers=1, log_dir=None, say=say)
         try:
             return await evaluate_held_out(prep, fleet)
         finally:

@@ -182,8 +182,16 @@ def server_config(cfg: RunConfig, model_dir: str, log_dir: str | None) -> Any:
 
 async def check_servers(
     urls: Sequence[str], timeout_s: float = 10.0, api_key: str | None = None
-) -> None:
-    """Fails at start-up, naming the servers, when any given server does not answer."""
+) -> dict[str, str]:
+    """The given servers that do not answer at start-up, with why (url → reason).
+
+    A run starts on the servers that answer; the others join once they answer (the
+    fleet's health checks load the current weights into them first), as a server that
+    restarts mid-run does.
+
+    Raises:
+        ComponentError: No server answers; the message names each one.
+    """
     import httpx
 
     from agentrl.inference.auth import auth_headers
@@ -194,14 +202,17 @@ async def check_servers(
             try:
                 r = await http.get(url.rstrip("/") + "/health")
             except httpx.HTTPError as e:
-                return f"{url}: {type(e).__name__}: {e}"
-            return None if r.status_code == 200 else f"{url}: /health answered {r.status_code}"
+                return f"{type(e).__name__}: {e}"
+            return None if r.status_code == 200 else f"/health answered {r.status_code}"
 
-        bad = [b for b in await asyncio.gather(*(one(u) for u in urls)) if b]
-    if bad:
+        found = await asyncio.gather(*(one(u) for u in urls))
+    down = {u: why for u, why in zip(urls, found, strict=True) if why is not None}
+    if urls and len(down) == len(urls):
         raise ComponentError(
-            "cannot reach the inference servers given in inference.urls: " + "; ".join(bad)
+            "cannot reach the inference servers given in inference.urls: "
+            + "; ".join(f"{u}: {why}" for u, why in down.items())
         )
+    return down
 
 
 GENERATE_ROUTE = "/inference/v1/generate"

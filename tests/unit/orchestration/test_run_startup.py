@@ -32,7 +32,15 @@ async def test_unreachable_server_is_named():
 
 async def test_reachable_server_passes():
     with ScriptedServer(RandomPolicy(10, eos_id=9)) as srv:
-        await check_servers([srv.url])
+        assert await check_servers([srv.url]) == {}
+
+
+async def test_a_run_starts_on_the_servers_that_answer_and_names_the_others():
+    """One of two servers restarting as the run (re)starts: not a reason to refuse it."""
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with ScriptedServer(RandomPolicy(10, eos_id=9)) as srv:
+        down = await check_servers([srv.url, url], timeout_s=2)
+    assert list(down) == [url] and "ConnectError" in down[url]
 
 
 class OpenApiServer:
@@ -130,3 +138,22 @@ def test_auto_supervision_is_what_the_env_declares(declared, configured, want) -
     out = resolve_supervision(cfg, Declared)
     assert out.trainer.advantage.supervision == want
     assert cfg.trainer.advantage.supervision == configured  # the input is not changed
+
+
+async def test_a_server_down_at_start_is_out_of_rotation_until_it_answers():
+    from types import SimpleNamespace
+
+    from agentrl.config import load_config
+    from agentrl.orchestration.run import _open_fleet
+
+    url = f"http://127.0.0.1:{_closed_port()}"
+    said: list[str] = []
+    with ScriptedServer(RandomPolicy(10, eos_id=9)) as srv:
+        cfg = load_config(None, [f'inference.urls=["{srv.url}", "{url}"]', "model.path=tiny"])
+        fleet = await _open_fleet(SimpleNamespace(cfg=cfg), num_servers=1, log_dir=None,
+                                  say=said.append)  # fmt: skip
+        try:
+            assert [s.healthy for s in fleet.router.servers] == [True, False]
+            assert len(said) == 1 and url in said[0] and "joins once it answers" in said[0]
+        finally:
+            await fleet.close()
