@@ -20,7 +20,7 @@ stream's own record); the growth per hour of each resource over the window after
 last restart plus a warm-up; throughput at the end of that window against its start; and
 what was left behind.
 
-Run: ``python -m benchmarks.soak [--minutes 120] [--quick]`` (``--quick``: ~4 minutes,
+Run: ``python -m benchmarks.soak [--minutes 120] [--quick]`` (``--quick``: ~3 minutes,
 the short soak ``make test`` runs).
 """
 
@@ -85,7 +85,7 @@ class Plan:
         return sorted(out)
 
 
-QUICK = Plan(minutes=4.0, sample_s=5.0, kill_every_s=80.0, request_timeout_s=15.0,
+QUICK = Plan(minutes=3.0, sample_s=5.0, kill_every_s=75.0, request_timeout_s=15.0,
              freeze_s=25.0, disk_mb=256)  # fmt: skip
 
 
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=None, help="soak length (default 120)")
-    p.add_argument("--quick", action="store_true", help="the short soak (~4 min of faults)")
+    p.add_argument("--quick", action="store_true", help="the short soak (~3 min of faults)")
     p.add_argument("--sample-s", type=float, default=None, help="sampling interval")
     p.add_argument("--kill-every-min", type=float, default=None, help="server kill period")
     p.add_argument("--keep", type=Path, default=None, help="keep samples/events here (JSON)")

