@@ -85,6 +85,13 @@ class RayConfig(BaseModel):
     call_timeout_s: float = Field(
         3600.0, gt=0, description="Seconds one remote call (trainer step, rollout group) may take."
     )
+    replica_check_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds between looks for returned capacity after an inference replica "
+        "died (its node was lost): once Ray re-places its bundle on a node with the "
+        "resources, a new replica starts there with the current weights.",
+    )
     max_group_retries: int = Field(
         2, ge=0, description="Times a group is re-sent to another rollout worker that died."
     )

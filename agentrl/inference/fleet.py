@@ -7,9 +7,12 @@ over them, runs periodic health checks and owns a
 answering is taken out of rotation (its in-flight episodes are re-sent elsewhere
 by the router), restarted on its port, loaded with the current weights and put
 back. Attached servers (``Fleet.attach(urls)``) are health-checked and put back
-when they answer again, but not restarted. With ``lora_adapters=True`` the fleet
-serves LoRA adapters instead (:class:`~agentrl.inference.lora_sync.AdapterSync`: a push
-hot-loads a new adapter version; a restarted server loads the current one).
+when they answer again, but not restarted. Whoever runs attached servers may
+:meth:`Fleet.retire` one that is gone for good (out of rotation, no longer checked) and
+:meth:`Fleet.add_server` a new one (it joins with the current weights). With
+``lora_adapters=True`` the fleet serves LoRA adapters instead
+(:class:`~agentrl.inference.lora_sync.AdapterSync`: a push hot-loads a new adapter
+version; a restarted server loads the current one).
 """
 
 from __future__ import annotations
@@ -77,6 +80,8 @@ class Fleet(AsyncClosing):
         self.restarts = 0
         self._fails = [0] * len(self.servers)
         self._recovering: dict[int, asyncio.Task[None]] = {}
+        self._retired: set[int] = set()
+        self._joining: set[int] = set()
         self._health_task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -161,6 +166,42 @@ class Fleet(AsyncClosing):
         serving, :meth:`AdapterSync.push`: ``{role: adapter}`` or one adapter)."""
         return await self.weight_sync.push(weights, mode=mode, version=version)
 
+    def retire(self, url: str) -> None:
+        """Takes a server that is gone for good out of rotation; health checks skip it.
+
+        Its in-flight requests fail over to the other servers (the router re-sends them).
+        """
+        state = self.router.server(url)
+        self._retired.add(self.router.servers.index(state))
+        self.router.set_healthy(state.url, False)
+
+    async def add_server(self, url: str) -> None:
+        """Adds an attached server: it loads the current weights and version, then joins
+        the rotation (a retired server at the same URL is taken back).
+
+        Raises:
+            LLMError: The server could not load the weights (it is retired).
+        """
+        try:
+            state = self.router.server(url)
+        except KeyError:
+            state = self.router.add_server(url)
+            self.servers.append(None)
+            self._fails.append(0)
+        i = self.router.servers.index(state)
+        self.router.set_healthy(state.url, False)  # not before it holds the current weights
+        self._retired.discard(i)
+        self._joining.add(i)  # health checks leave it alone meanwhile
+        try:
+            await self.weight_sync.load_current(state)
+        except BaseException:
+            self._retired.add(i)
+            raise
+        finally:
+            self._joining.discard(i)
+        self._fails[i] = 0
+        self.router.set_healthy(state.url, True)
+
     def start_health_checks(self) -> None:
         """Starts the periodic health loop (idempotent)."""
         if self._health_task is None or self._health_task.done():
@@ -193,7 +234,7 @@ class Fleet(AsyncClosing):
         results = await asyncio.gather(*(ok(i) for i in range(len(self.servers))))
         for i, good in enumerate(results):
             state = self.router.servers[i]
-            if i in self._recovering:
+            if i in self._recovering or i in self._retired or i in self._joining:
                 continue
             if good:
                 self._fails[i] = 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import signal
 import time
@@ -74,7 +75,7 @@ async def drive(
     push: SyncWeights,
     resume: bool,
     say: Callable[[str], None],
-    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_step: Callable[[int, dict[str, float]], object] | None = None,
     initial_push: Callable[[Any], Awaitable[int]] | None = None,
 ) -> RunResult:
     """Evaluates, trains with the :class:`Driver`, checkpoints and evaluates again.
@@ -89,7 +90,8 @@ async def drive(
             the sync's report.
         resume: Continue from the run directory's last checkpoint.
         say: Progress messages.
-        on_step: Called with each step's metrics.
+        on_step: Called with each step's metrics; when it returns an awaitable, the run
+            awaits it before going on.
         initial_push: Loads the trainer's starting weights into the servers before anything
             is generated, keeping the starting version (servers that were attached, not
             launched from the model, may serve other weights); returns that version.
@@ -182,7 +184,7 @@ async def _loop(
     progress: ProgressLog,
     resume: bool,
     say: Callable[[str], None],
-    on_step: Callable[[int, dict[str, float]], None] | None,
+    on_step: Callable[[int, dict[str, float]], object] | None,
     watch: RunWatch,
     cache: PrefixCacheMeter,
 ) -> RunResult:
@@ -213,8 +215,8 @@ async def _loop(
         async for out in await driver.run(cfg.steps):
             out.metrics.update(await cache.step())
             record(out)
-            if on_step:
-                on_step(out.step, out.metrics)
+            if on_step and inspect.isawaitable(res := on_step(out.step, out.metrics)):
+                await res
             # An early_stop rule holds, or every episode was discarded for too many steps:
             # end after this step.
             if watch.step(out.step, out.metrics):

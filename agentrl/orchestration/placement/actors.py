@@ -46,6 +46,7 @@ class InferenceReplica:
         self._server = VLLMServer(dataclasses.replace(server, host=ip))
         self._weights_root = Path(weights_root)
         self._closed = False
+        self._stopped: asyncio.Event | None = None
         from agentrl.runtime.watchdog import watch_path
 
         watch_path(self._weights_root)  # removed if this worker is killed (driver gone, OOM)
@@ -54,6 +55,14 @@ class InferenceReplica:
         """Starts the server, waits until it is ready; returns its URL."""
         await self._server.start()
         return self._server.url
+
+    async def wait_stopped(self) -> None:
+        """Returns once :meth:`stop` ran; a caller whose call fails with
+        ``ray.exceptions.RayActorError`` instead learns that this actor died."""
+        if self._stopped is None:
+            self._stopped = asyncio.Event()
+        if not self._closed:
+            await self._stopped.wait()
 
     def api_key(self) -> str | None:
         """The key the server requires (None: it listens on loopback only)."""
@@ -98,8 +107,12 @@ class InferenceReplica:
         if self._closed:
             return
         self._closed = True
-        await self._server.stop()
-        shutil.rmtree(self._weights_root, ignore_errors=True)
+        try:
+            await self._server.stop()
+            shutil.rmtree(self._weights_root, ignore_errors=True)
+        finally:
+            if self._stopped is not None:
+                self._stopped.set()
 
 
 class RolloutWorker:
@@ -155,6 +168,7 @@ class RolloutWorker:
             max_concurrency=max_concurrency,
         )
         self.health_interval_s = health_interval_s
+        self.retired: set[str] = set()
         self.groups_done = 0
         self._health: asyncio.Task[None] | None = None
         self._resources = contextlib.AsyncExitStack()
@@ -191,12 +205,29 @@ class RolloutWorker:
         async with httpx.AsyncClient(timeout=5.0, headers=self.router.headers) as http:
             while not self._closed:
                 for s in self.router.servers:
-                    if s.healthy:
+                    if s.healthy or s.url in self.retired:
                         continue
                     with contextlib.suppress(httpx.HTTPError):
                         if (await http.get(f"{s.url}/health")).status_code == 200:
                             self.router.set_healthy(s.url, True)
                 await asyncio.sleep(self.health_interval_s)
+
+    def retire_server(self, url: str) -> None:
+        """Takes a server that is gone for good (its replica died) out of the routing."""
+        url = url.rstrip("/")
+        self.retired.add(url)
+        with contextlib.suppress(KeyError):
+            self.router.set_healthy(url, False)
+
+    def add_server(self, url: str) -> None:
+        """Routes to a new server (it already holds the current weights)."""
+        url = url.rstrip("/")
+        self.retired.discard(url)
+        try:
+            self.router.set_healthy(url, True)
+        except KeyError:
+            self.router.add_server(url)
+            self.router.set_healthy(url, True)  # wakes requests waiting for a server
 
     async def run_group(
         self, task: Mapping[str, Any], index: int, seed: int | None, tag: str

@@ -9,6 +9,8 @@ over the adapters of :mod:`agentrl.orchestration.placement.adapters`
 (``deployment.runner``, ``deployment.trainer``, ``deployment.sync``).
 :meth:`RayDeployment.sync` writes the new weights once on every node that has a
 replica (from the object store), then the Fleet pauses, reloads and resumes the servers.
+A :class:`~agentrl.orchestration.placement.replicas.ReplicaSupervisor` retires a replica
+whose actor died (its node was lost) and starts a new one when capacity returns.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from agentrl.config.ray import RayConfig, RoleSpec
 from agentrl.orchestration.placement.actors import InferenceReplica, RolloutWorker, TrainerWorker
@@ -33,6 +34,8 @@ from agentrl.orchestration.placement.adapters import (
     WeightsRef,
     await_refs,
 )
+from agentrl.orchestration.placement.ray_replicas import RayReplicas, actor_options
+from agentrl.orchestration.placement.replicas import Replica, ReplicaSupervisor
 from agentrl.runtime.lifecycle import AsyncClosing
 
 __all__ = ["PlacementError", "RayDeployment", "connect", "create_placement_group"]
@@ -87,17 +90,6 @@ def create_placement_group(role: str, spec: RoleSpec, timeout_s: float) -> Place
     return pg
 
 
-def _options(spec: RoleSpec, pg: PlacementGroup, index: int) -> dict[str, Any]:
-    return {
-        "num_cpus": spec.num_cpus,
-        "num_gpus": spec.num_gpus,
-        "resources": dict(spec.resources),
-        "scheduling_strategy": PlacementGroupSchedulingStrategy(
-            placement_group=pg, placement_group_bundle_index=index
-        ),
-    }
-
-
 @dataclass
 class RayDeployment(AsyncClosing):
     """Everything a run placed on the cluster, with the node each actor runs on."""
@@ -110,9 +102,10 @@ class RayDeployment(AsyncClosing):
     fleet: Any
     runner: RayRolloutRunner
     trainer: RayTrainer
+    supervisor: ReplicaSupervisor
+    backend: RayReplicas
     nodes: dict[str, list[str]] = field(default_factory=dict)
     weights_root: str = ""
-    _writers: list[Any] = field(default_factory=list)
     _closed: bool = False
 
     @property
@@ -163,14 +156,14 @@ class RayDeployment(AsyncClosing):
             inf, tr, ro = config.inference, config.trainer, config.rollout
             replica_cls: Any = ray.remote(InferenceReplica)
             replicas = [
-                replica_cls.options(**_options(inf, pgs["inference"], i)).remote(
+                replica_cls.options(**actor_options(inf, pgs["inference"], i)).remote(
                     server, weights_root
                 )
                 for i in range(inf.count)
             ]
             trainer_cls: Any = ray.remote(TrainerWorker)
             trainers = [
-                trainer_cls.options(**_options(tr, pgs["trainer"], r)).remote(
+                trainer_cls.options(**actor_options(tr, pgs["trainer"], r)).remote(
                     trainer_config, model_dir, r, tr.count
                 )
                 for r in range(tr.count)
@@ -186,7 +179,7 @@ class RayDeployment(AsyncClosing):
             key = await await_refs(replicas[0].api_key.remote(), timeout)  # the run's, shared
             worker_cls: Any = ray.remote(RolloutWorker)
             workers = [
-                worker_cls.options(**_options(ro, pgs["rollout"], i)).remote(
+                worker_cls.options(**actor_options(ro, pgs["rollout"], i)).remote(
                     urls,
                     model_dir,
                     env_spec,
@@ -214,9 +207,20 @@ class RayDeployment(AsyncClosing):
         except BaseException:
             await asyncio.to_thread(_kill, actors, pgs)
             raise
-        writers: dict[str, Any] = {}
-        for r, info in zip(replicas, replica_info, strict=True):
-            writers.setdefault(info["node_id"], r)  # one weight writer per node
+        backend = RayReplicas(
+            pgs["inference"], inf, server, weights_root, workers,
+            call_timeout_s=timeout, start_timeout_s=startup,
+        )  # fmt: skip
+        supervisor = ReplicaSupervisor(
+            fleet,
+            backend,
+            [
+                Replica(i, r, str(u), str(info["node_id"]))
+                for i, (r, u, info) in enumerate(zip(replicas, urls, replica_info, strict=True))
+            ],
+            interval_s=config.replica_check_interval_s,
+        )
+        supervisor.start()
         return cls(
             config=config,
             placement_groups=pgs,
@@ -232,7 +236,8 @@ class RayDeployment(AsyncClosing):
                 "trainer": list(trainer_nodes),
             },
             weights_root=weights_root,
-            _writers=list(writers.values()),
+            supervisor=supervisor,
+            backend=backend,
         )
 
     async def sync(self, weights: Mapping[str, Any], mode: str) -> int:
@@ -244,10 +249,25 @@ class RayDeployment(AsyncClosing):
         """
         ref = weights.ref if isinstance(weights, WeightsRef) else ray.put(dict(weights))
         version = int(self.fleet.weight_version) + 1
-        paths = await await_refs(
-            [w.write_weights.remote(ref, version) for w in self._writers],
-            self.config.call_timeout_s,
-        )
+        async with self.supervisor.lock:  # a replica joining meanwhile gets these weights
+            writers: dict[str, Replica] = {}
+            for r in self.supervisor.replicas():
+                writers.setdefault(r.node_id, r)  # one weight writer per node
+            results = await asyncio.gather(
+                *(
+                    await_refs(
+                        w.actor.write_weights.remote(ref, version), self.config.call_timeout_s
+                    )
+                    for w in writers.values()
+                ),
+                return_exceptions=True,
+            )
+            paths = [p for p in results if isinstance(p, str)]
+            if not paths:  # a replica whose node was lost fails here; it is retired apart
+                raise next((e for e in results if isinstance(e, BaseException)), None) or (
+                    RuntimeError("no live inference replica to write the weights to")
+                )
+            self.backend.weights = (ref, version)
         report = await self.fleet.sync_weights(paths[0], mode=mode)
         return int(report.version)
 
@@ -255,7 +275,7 @@ class RayDeployment(AsyncClosing):
         """Live state of the replicas and rollout workers."""
         t = self.config.call_timeout_s
         reps, workers = await asyncio.gather(
-            await_refs([r.info.remote() for r in self.replicas], t),
+            await_refs([r.actor.info.remote() for r in self.supervisor.replicas()], t),
             await_refs([w.info.remote() for w in self.rollout_workers], t),
         )
         return {"replicas": reps, "rollout_workers": workers}
@@ -265,14 +285,16 @@ class RayDeployment(AsyncClosing):
         if self._closed:
             return
         self._closed = True
+        await self.supervisor.close()
         with contextlib.suppress(Exception):
             await self.fleet.close()
+        replicas = self.replicas + self.backend.actors
         stops = [w.close.remote() for w in self.rollout_workers]
         stops += [t.close.remote() for t in self.trainer_workers]
-        stops += [r.stop.remote() for r in self.replicas]
-        with contextlib.suppress(Exception):
-            await await_refs(stops, 60.0)
-        actors = self.replicas + self.rollout_workers + self.trainer_workers
+        stops += [r.stop.remote() for r in replicas]
+        # Each on its own: an actor that died (its node was lost) must not cut the others short.
+        await asyncio.gather(*(await_refs(s, 60.0) for s in stops), return_exceptions=True)
+        actors = replicas + self.rollout_workers + self.trainer_workers
         await asyncio.to_thread(_kill, actors, self.placement_groups)
 
 

@@ -16,6 +16,11 @@ from pathlib import Path
 from agentrl.config import RunConfig
 from agentrl.config.ray import RayConfig
 from agentrl.orchestration.placement.cluster import RayDeployment, connect
+from agentrl.orchestration.placement.node_loss import (
+    NodeLostError,
+    node_lost_message,
+    trainer_loss,
+)
 from agentrl.orchestration.startup import (
     Prepared,
     loop_config,
@@ -25,6 +30,7 @@ from agentrl.orchestration.startup import (
     server_config,
 )
 from agentrl.orchestration.training import RunResult, drive
+from agentrl.trainer.engine.checkpoint import CheckpointError, select_checkpoint
 
 __all__ = ["start_deployment", "train_on_ray"]
 
@@ -53,7 +59,7 @@ async def train_on_ray(
     *,
     resume: str | Path | None = None,
     say: Callable[[str], None] = print,
-    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_step: Callable[[int, dict[str, float]], object] | None = None,
     deployment: RayDeployment | None = None,
 ) -> RunResult:
     """Runs training with its components on a Ray cluster.
@@ -63,7 +69,7 @@ async def train_on_ray(
         ray_cfg: Where things go (default ``cfg.ray``).
         resume: Run directory to continue.
         say: Progress messages.
-        on_step: Called with each step's metrics.
+        on_step: Called with each step's metrics (an awaitable it returns is awaited).
         deployment: Actors already started (kept running afterwards); default: start
             them from ``cfg`` and stop them at the end.
     """
@@ -78,7 +84,7 @@ async def _train_prepared(
     ray_cfg: RayConfig,
     resume: str | Path | None,
     say: Callable[[str], None],
-    on_step: Callable[[int, dict[str, float]], None] | None,
+    on_step: Callable[[int, dict[str, float]], object] | None,
     deployment: RayDeployment | None,
 ) -> RunResult:
     cfg = prep.cfg
@@ -108,10 +114,25 @@ async def _train_prepared(
             say=say,
             on_step=on_step,
         )
+    except Exception as e:
+        cause = await trainer_loss(dep.trainer_workers, dep.nodes.get("trainer", []))
+        if cause is None:
+            raise
+        raise NodeLostError(
+            node_lost_message(cause, prep.run.path, _newest(prep.run.checkpoints),
+                              ray_cfg.trainer.bundle())
+        ) from e  # fmt: skip
     finally:
         if owned:
             await dep.close()
             _shutdown(shutdown)
+
+
+def _newest(checkpoints: Path) -> str:
+    try:
+        return str(select_checkpoint(checkpoints))
+    except CheckpointError:
+        return f"none (nothing in {checkpoints}: the run starts again from step 0)"
 
 
 def _shutdown(initialized_here: bool) -> None:
