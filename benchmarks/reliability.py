@@ -12,7 +12,8 @@ the page; the rest of the page is left as it is. ``--check`` changes nothing and
 
 Record, then render::
 
-    python -m benchmarks.run_all --only scale_gateway,scale_episodes --json run.json
+    python -m benchmarks.run_all --json run.json \
+        --only scale_gateway,scale_episodes,soak,sandbox_ramp,ray_node_loss
     python -m benchmarks.report --merge run.json
     python -m benchmarks.reliability
 """

@@ -50,11 +50,14 @@ BENCHMARKS = [
     "benchmarks.gateway",
     "benchmarks.scale_gateway",
     "benchmarks.scale_episodes",
+    "benchmarks.sandbox_ramp",
     "benchmarks.make_train",
     "benchmarks.vs_trl",
     "benchmarks.lora_vs_full",
     "benchmarks.swe_train",
     "benchmarks.tree_vs_flat",
+    "benchmarks.soak",
+    "benchmarks.ray_node_loss",
 ]
 
 # Arguments of the full run (``make bench``).
@@ -62,6 +65,9 @@ FULL_ARGS: dict[str, list[str]] = {
     # Equal workloads in every mode (lr 1e-12): the speedup measures the overlap alone;
     # three interleaved rounds, ratios paired within a round (about 20 minutes).
     "benchmarks.async_real": ["--frozen", "--repeats", "3"],
+    # Six levels of concurrent Docker sandboxes, 8 → 256, each held 120 s (about 20
+    # minutes with the starts; the 600 s a level is `--level-s 600`, an hour).
+    "benchmarks.sandbox_ramp": ["--level-s", "120"],
 }
 
 # Smaller sizes for ``--quick``: figures from these are for iteration, not tracking.
@@ -86,11 +92,14 @@ QUICK_ARGS: dict[str, list[str]] = {
     "benchmarks.gateway": ["--episodes", "32", "--concurrency", "32", "--turns", "2"],
     "benchmarks.scale_gateway": ["--quick"],
     "benchmarks.scale_episodes": ["--quick"],
+    "benchmarks.sandbox_ramp": ["--quick"],
     "benchmarks.make_train": ["--keep-cache"],  # the model from the user's cache
     "benchmarks.vs_trl": ["--quick"],
     "benchmarks.lora_vs_full": ["--quick"],
     "benchmarks.swe_train": ["--quick"],
     "benchmarks.tree_vs_flat": ["--quick"],
+    "benchmarks.soak": ["--quick"],
+    "benchmarks.ray_node_loss": ["--quick"],
 }
 
 
