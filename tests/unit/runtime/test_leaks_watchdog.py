@@ -22,8 +22,11 @@ from agentrl.runtime.watchdog import proc_start
 
 OWNER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     from agentrl.runtime.watchdog import unwatch_path, watch_path
+    # Ctrl-C ends it as it ends any Python program, even when started by a shell that
+    # ignores SIGINT in background jobs (the ignore would be inherited).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     path = sys.argv[1]
     os.makedirs(path + "/sub", exist_ok=True)
     open(path + "/sub/w.safetensors", "wb").write(b"x" * 1000)
