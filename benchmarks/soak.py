@@ -48,9 +48,10 @@ from tests.chaos.harness import (
     ServerHandle,
     TrainProc,
     case_pids,
+    fill_disk,
     metrics,
+    says_disk_full,
     server_config,
-    train_steps,
 )
 
 GROUP_SIZE = 2
@@ -176,16 +177,13 @@ class Soak:
         self.run = TrainProc(args, self.run_dir, self.watch.case_id, f".{self.runs}", self.work)
         self.watch.own(self.run.pid)
 
-    def model_tokens(self) -> float:
-        return sum(float(m.get("batch/model_tokens", 0)) for m in metrics(self.run_dir)
-                   if m.get("kind", "train") == "train")  # fmt: skip
-
     def sample(self, phase: str = "") -> None:
         pids = case_pids(self.watch.case_id)
         pgids = [s.server.pid for s in self.servers if s.server.pid is not None]
         owner = self.run.pid if self.run is not None else None
-        steps = len(train_steps(self.run_dir))
-        self.samples.append(take(self._t0, pids, pgids, owner, self.model_tokens(), steps, phase))
+        lines = [m for m in metrics(self.run_dir) if m.get("kind", "train") == "train"]
+        tokens = sum(float(m.get("batch/model_tokens", 0)) for m in lines)
+        self.samples.append(take(self._t0, pids, pgids, owner, tokens, len(lines), phase))
 
     def _sample_every(self) -> None:
         """The sampler thread: a sample every ``sample_s`` (a server restart, which blocks
@@ -253,19 +251,11 @@ class Soak:
 
     def disk_full(self, ev: Event) -> None:
         assert self.run is not None
-        filler = self.disk / "filler.bin"
-        st = os.statvfs(self.disk)
-        with open(filler, "wb") as f, contextlib.suppress(OSError):
-            todo = st.f_bavail * st.f_frsize - 256 * 1024
-            chunk = b"\0" * (1 << 20)
-            while todo > 0:
-                f.write(chunk[: min(len(chunk), todo)])
-                todo -= len(chunk)
+        filler = fill_disk(self.disk, leave_bytes=256 * 1024)
         rc = self.run.wait(timeout=600)
         out = self.run.output()
         last = out.strip().splitlines()[-1] if out.strip() else ""
-        clear = ("disk full" in out.lower() or "no space left" in out.lower()) \
-            and "Traceback" not in out  # fmt: skip
+        clear = says_disk_full(out)
         ev.detail = f"exit {rc}; {'named the full disk' if clear else 'NO clear message'}: " \
                     f"{last[:160]!r}"  # fmt: skip
         if rc == 0 or not clear:

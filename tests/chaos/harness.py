@@ -341,6 +341,31 @@ def account(run_dir: Path) -> Accounting:
     )
 
 
+# ----------------------------------------------------------------------------- disks
+
+
+def fill_disk(path: Path, leave_bytes: int) -> Path:
+    """Fills the filesystem of ``path`` up to ``leave_bytes`` free."""
+    filler = path / "filler.bin"
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    with open(filler, "wb") as f, contextlib.suppress(OSError):
+        f.truncate(0)
+        chunk = b"\0" * (1 << 20)
+        todo = free - leave_bytes
+        while todo > 0:
+            f.write(chunk[: min(len(chunk), todo)])
+            todo -= len(chunk)
+        f.flush()
+    return filler
+
+
+def says_disk_full(out: str) -> bool:
+    """One clear message naming the cause, no traceback."""
+    low = out.lower()
+    return ("disk full" in low or "no space left" in low) and "Traceback" not in out
+
+
 # ----------------------------------------------------------------------------- leaks
 
 

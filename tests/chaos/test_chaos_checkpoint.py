@@ -9,8 +9,6 @@ previous checkpoint and say so, or refuse with a clear message.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,7 +22,9 @@ from tests.chaos.harness import (
     TrainProc,
     account,
     checkpoint_state,
+    fill_disk,
     overrides,
+    says_disk_full,
     train_steps,
 )
 
@@ -50,28 +50,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def _fill(path: Path, leave_bytes: int) -> Path:
-    """Fills the filesystem of ``path`` up to ``leave_bytes`` free."""
-    filler = path / "filler.bin"
-    st = os.statvfs(path)
-    free = st.f_bavail * st.f_frsize
-    with open(filler, "wb") as f, contextlib.suppress(OSError):
-        f.truncate(0)
-        chunk = b"\0" * (1 << 20)
-        todo = free - leave_bytes
-        while todo > 0:
-            f.write(chunk[: min(len(chunk), todo)])
-            todo -= len(chunk)
-        f.flush()
-    return filler
-
-
-def _says_disk_full(out: str) -> bool:
-    """One clear message naming the cause, no traceback."""
-    low = out.lower()
-    return ("disk full" in low or "no space left" in low) and "Traceback" not in out
-
-
 def test_disk_full_during_checkpoint_then_resume_then_corrupt_checkpoint(
     chaos_model, chaos_server, small_disk
 ):
@@ -88,12 +66,12 @@ def test_disk_full_during_checkpoint_then_resume_then_corrupt_checkpoint(
             lambda: (run_dir / "checkpoints" / "latest").is_file(), 400, "step 1's checkpoint"
         )
         good = (run_dir / "checkpoints" / "latest").read_text().strip()
-        filler = _fill(small_disk, leave_bytes=256 * 1024)
+        filler = fill_disk(small_disk, leave_bytes=256 * 1024)
         rc = run.wait(timeout=300)
         out = run.output()
         full.detail = f"exit {rc}; last lines: {out.strip().splitlines()[-1][:200]!r}"
         assert rc != 0, out[-3000:]
-        assert _says_disk_full(out), out[-3000:]
+        assert says_disk_full(out), out[-3000:]
         assert (run_dir / "checkpoints" / "latest").read_text().strip() == good
         assert int(checkpoint_state(run_dir)["step"]) == 1  # loads: intact
         leftovers = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
