@@ -8,9 +8,9 @@ into the assistant text, in the Hermes format.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from agentrl.chat.prompt_cache import PromptCache
 from agentrl.chat.tokenization import ChatTokenizer, TemplateRenderError
 from agentrl.types import Message, ToolCall
 
@@ -80,7 +80,7 @@ def probe_capabilities(chat: ChatTokenizer) -> Capabilities:
     probe = ChatTokenizer.__new__(ChatTokenizer)
     probe.__dict__.update(chat.__dict__)
     probe.tools, probe.inject_tools = list(tools), False
-    probe._prompts = OrderedDict()  # its own: other tools render other prompt ids
+    probe.prompt_cache = PromptCache()  # its own: other tools render other prompt ids
     u = Message.user("Hi.")
     notes: list[str] = []
     style = chat.style

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl.chat.prompt_cache import PromptCache
 from agentrl.chat.template_text import (
     CallStyle,
     fallback_tools_text,
@@ -108,7 +108,7 @@ class ChatTokenizer:
         self.tokenizer = tokenizer
         self.tools = list(tools)
         self.inject_tools = inject_tools
-        self._prompts: OrderedDict[str, list[int]] = OrderedDict()  # see prompt_ids
+        self.prompt_cache = PromptCache()  # see prompt_ids
         self.template_kwargs = dict(template_kwargs or {})
         self.style = CallStyle()
         self._specials = sorted(
@@ -309,23 +309,18 @@ class ChatTokenizer:
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """Token ids of a prompt: ``messages`` rendered, ending with the generation prompt.
 
-        The last 256 prompts are remembered: a group's G episodes start from the same
-        messages, and rendering plus encoding them was a quarter of the rollout event
-        loop's CPU in ``benchmarks/async_real.py``. The key is the messages alone: what
-        else a render depends on (tools, ``inject_tools``, the call style, the template
-        arguments) is fixed once the tokenizer is built; a copy that changes them needs a
-        cache of its own.
+        The last 256 prompts are remembered (:class:`~agentrl.chat.prompt_cache.PromptCache`):
+        a group's G episodes start from the same messages. The key is the messages alone:
+        what else a render depends on (tools, ``inject_tools``, the call style, the
+        template arguments) is fixed once the tokenizer is built; a copy that changes them
+        needs a ``prompt_cache`` of its own.
         """
         key = repr(list(messages))
-        ids = self._prompts.get(key)
+        ids = self.prompt_cache.get(key)
         if ids is None:
             ids = self.encode(self.render(messages, add_generation_prompt=True))
-            self._prompts[key] = ids
-            if len(self._prompts) > 256:
-                self._prompts.popitem(last=False)
-        else:
-            self._prompts.move_to_end(key)
-        return list(ids)
+            self.prompt_cache.put(key, ids)
+        return ids
 
     # --------------------------------------------------------------------- deltas
 

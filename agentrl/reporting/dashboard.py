@@ -67,7 +67,9 @@ class Flag:
 class Rule:
     """A dashboard signal: ``check(train_rows, eval_rows) -> (begin step, detail) | None``.
 
-    ``keys`` are the metrics it reads (any one present makes it checkable).
+    ``keys`` are the metrics it reads (any one present makes it checkable); ``baseline``
+    is how many of the first rows of each kind it reads as a baseline (the rest of what
+    it reads is the last few rows): a live check keeps those and a recent tail.
     """
 
     name: str
@@ -75,6 +77,7 @@ class Rule:
     levers: tuple[str, ...]
     check: Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], Any]
     keys: tuple[str, ...] = ()
+    baseline: int = 0
 
 
 def finite_number(v: Any) -> float | None:
@@ -332,6 +335,7 @@ RULES: tuple[Rule, ...] = (
         ),
         _entropy_plummet,
         ("actor/entropy", "entropy/old"),
+        baseline=3,
     ),
     Rule(
         "clip_ratio_high",
@@ -378,6 +382,7 @@ RULES: tuple[Rule, ...] = (
         ),
         _value_diverging,
         ("loss/value",),
+        baseline=5,
     ),
     Rule(
         "is_ratio_far_from_1",
@@ -402,6 +407,7 @@ RULES: tuple[Rule, ...] = (
         ),
         _reward_vs_heldout,
         ("success",),
+        baseline=5,
     ),
     Rule(
         "all_discarded",

@@ -15,7 +15,8 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "Flag",
     "LiveDoctor",
     "Rule",
+    "check",
     "diagnose",
     "read_metrics",
     "unchecked",
@@ -47,6 +49,16 @@ def _split(
     return train, evals
 
 
+def check(
+    rule: Rule, train: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]]
+) -> Flag | None:
+    """``rule``'s flag on rows already split and sorted by step (:func:`diagnose`), or None."""
+    hit = rule.check(train, evals)
+    if hit is None:
+        return None
+    return Flag(rule.name, int(hit[0]), rule.failure_mode, hit[1], rule.levers)
+
+
 def diagnose(rows: Iterable[Mapping[str, Any]]) -> list[Flag]:
     """Every red flag in a run's metric rows (``kind`` "eval" rows are evaluations).
 
@@ -54,11 +66,7 @@ def diagnose(rows: Iterable[Mapping[str, Any]]) -> list[Flag]:
         The flags, ordered by the step they began at.
     """
     train, evals = _split(rows)
-    flags = []
-    for rule in RULES:
-        hit = rule.check(train, evals)
-        if hit is not None:
-            flags.append(Flag(rule.name, int(hit[0]), rule.failure_mode, hit[1], rule.levers))
+    flags = [f for rule in RULES if (f := check(rule, train, evals)) is not None]
     return sorted(flags, key=lambda f: f.step)
 
 
@@ -88,29 +96,69 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+# The most first rows any rule reads as its baseline.
+_BASELINE = max(rule.baseline for rule in RULES)
+
+
 class LiveDoctor:
-    """Feeds a training run's metrics to :func:`diagnose`; returns each flag once.
+    """Feeds a training run's metrics to the rules of :func:`diagnose`; returns each flag once.
+
+    It keeps, of each kind (train, eval), the first ``head`` rows and the last ``tail``, so
+    its memory and the time of a step's check stay flat over a run of any length (keeping
+    every row grew the driver ~2.5 KiB a step, and each step's check took O(steps)). Each
+    rule reads its ``baseline`` first rows and the tail: the rows it compares one after
+    another are consecutive steps, and a flag is reported the step it becomes visible,
+    while its rows are in the tail. ``agentrl doctor run`` reads the whole file.
 
     Example:
         >>> doc = LiveDoctor()
         >>> new = doc.step(1, {"reward/mean": 0.0})
     """
 
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
+    def __init__(self, head: int = _BASELINE, tail: int = 256) -> None:
+        self.head, self.tail = head, tail
+        self._first: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
+        self._last: dict[str, deque[dict[str, Any]]] = {
+            k: deque(maxlen=tail) for k in ("train", "eval")
+        }
+        self._dropped = {"train": False, "eval": False}
         self.seen: set[str] = set()
 
-    def _new(self) -> list[Flag]:
-        out = [f for f in diagnose(self.rows) if f.name not in self.seen]
-        self.seen.update(f.name for f in out)
-        return out
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows kept: the first ``head`` and the last ``tail`` of each kind."""
+        return [r for k in ("train", "eval") for r in (*self._first[k], *self._last[k])]
+
+    def _kept(self, kind: str, baseline: int) -> list[dict[str, Any]]:
+        first = self._first[kind]
+        rows = [*(first[:baseline] if self._dropped[kind] else first), *self._last[kind]]
+        return sorted(rows, key=lambda r: r["step"])
+
+    def _add(self, kind: str, step: int, metrics: Mapping[str, Any]) -> list[Flag]:
+        row = {**metrics, "step": step, "kind": kind}
+        if finite_number(step) is None:
+            return []
+        if len(self._first[kind]) < self.head:
+            self._first[kind].append(row)
+        else:
+            last = self._last[kind]
+            self._dropped[kind] |= len(last) == last.maxlen
+            last.append(row)
+        out = []
+        for rule in RULES:
+            if rule.name in self.seen:
+                continue
+            b = rule.baseline
+            flag = check(rule, self._kept("train", b), self._kept("eval", b))
+            if flag is not None:
+                self.seen.add(rule.name)
+                out.append(flag)
+        return sorted(out, key=lambda f: f.step)
 
     def step(self, step: int, metrics: Mapping[str, Any]) -> list[Flag]:
         """Adds a training step's metrics; returns the flags that appear for the first time."""
-        self.rows.append({**metrics, "step": step, "kind": "train"})
-        return self._new()
+        return self._add("train", step, metrics)
 
     def eval(self, step: int, metrics: Mapping[str, Any]) -> list[Flag]:
         """Adds an evaluation's metrics; returns the flags that appear for the first time."""
-        self.rows.append({**metrics, "step": step, "kind": "eval"})
-        return self._new()
+        return self._add("eval", step, metrics)

@@ -70,9 +70,11 @@ def test_prompt_ids_renders_each_prompt_once_and_hands_out_copies(tokenizer, mon
     other = [Message.system("sys"), Message.user("q2")]
     assert chat.prompt_ids(other) == chat.encode(render(other, add_generation_prompt=True))
     assert len(renders) == 2
+    kept = []
     for i in range(300):  # bounded: the oldest prompts are dropped
-        chat.prompt_ids([Message.user(str(i))])
-    assert len(chat._prompts) == 256
+        kept.append(len(chat.prompt_ids([Message.user(str(i))])))
+    assert len(chat.prompt_cache) == 256
+    assert chat.prompt_cache.nbytes() == 4 * sum(kept[-256:])  # 4 bytes a token
     chat.prompt_ids(prompt)
     assert len(renders) == 2 + 300 + 1
 

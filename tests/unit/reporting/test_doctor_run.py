@@ -155,3 +155,40 @@ def test_rules_without_their_metric_are_reported_unchecked() -> None:
     assert unchecked(rows) == []
     no_ref = [{k: v for k, v in r.items() if k != "kl/ref_kl"} for r in rows]  # kl.coef = 0
     assert unchecked(no_ref) == ["kl_low", "kl_high"]
+
+
+LONG = 400
+LONG_BREAK = 300
+
+
+def long_stream(broken: dict[str, Any]) -> list[dict[str, Any]]:
+    """A healthy 40-step cycle repeated for LONG steps, an eval every 10; ``broken`` (as in
+    CASES, read at the step it would have in :func:`stream`) from LONG_BREAK on."""
+    rows: list[dict[str, Any]] = []
+    for step in range(1, LONG + 1):
+        if step % 10 == 0:
+            rows.append({"step": step, "kind": "eval", "success": 0.2 + 0.5 * step / LONG})
+        m = healthy((step - 1) % 40 + 1)
+        if step >= LONG_BREAK:
+            s = step - LONG_BREAK + BREAK
+            m.update({k: (v(s) if callable(v) else v) for k, v in broken.items()})
+        rows.append({"step": step, "kind": "train", **m})
+    return rows
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_the_live_doctor_keeps_few_rows_and_still_flags_late_in_a_long_run(rule: str) -> None:
+    assert diagnose(long_stream({})) == []
+    broken, begin = CASES[rule]
+    rows = long_stream(broken)
+    doc = LiveDoctor(tail=64)
+    said: list[tuple[str, int]] = []
+    for r in rows:
+        m = {k: v for k, v in r.items() if k not in ("step", "kind")}
+        said += [(f.name, f.step) for f in (doc.eval if r["kind"] == "eval" else doc.step)(
+            r["step"], m)]  # fmt: skip
+        assert len(doc.rows) <= 2 * (doc.head + 64)
+    at = LONG_BREAK + begin - BREAK
+    assert said == [(rule, at)]
+    # The whole file, read after the fact, dates it the same.
+    assert [(f.name, f.step) for f in diagnose(rows)] == [(rule, at)]
