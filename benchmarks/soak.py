@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -316,6 +317,8 @@ class Soak:
     def cleanup(self) -> list[str]:
         """Stops everything; returns what the run left behind."""
         self._stop.set()
+        if self.run is not None and self.run.proc.poll() is None:  # the soak was interrupted
+            self.run.kill(signal.SIGKILL)  # its watchdog removes what it made
         leaks = self.watch.leaks(wait_s=30)
         self.watch.clean()
         for s in self.servers:
@@ -349,20 +352,42 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.models.tiny import ensure_tiny_model
     from tests.integration.conftest import UNTRAINED
 
+    own_mount_namespace()
     model = ensure_tiny_model(UNTRAINED)
+    # Ctrl-C (even when started with SIGINT ignored, as a background job) and SIGTERM stop
+    # the soak through its cleanup: servers, the run, its containers and the tmpfs go.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupted)
     with tempfile.TemporaryDirectory(prefix="agentrl-soak-") as tmp:
         soak = Soak(plan, Path(tmp), model)
         error = ""
         try:
-            soak.execute()
-        except (RuntimeError, AssertionError) as e:
-            error = str(e)
-        finally:
-            leaks = soak.cleanup()
-        try:
+            try:
+                soak.execute()
+            except (RuntimeError, AssertionError) as e:
+                error = str(e)
+            except KeyboardInterrupt as e:
+                error = f"interrupted ({e or 'Ctrl-C'}) before its end"
+            finally:
+                leaks = soak.cleanup()
             return soak_report.report(soak, leaks, error, keep=a.keep)
         finally:
             subprocess.run(["umount", "-l", str(soak.disk)], capture_output=True)
+
+
+def own_mount_namespace() -> None:
+    """Puts this process in a mount namespace of its own (call it while single-threaded):
+    the run directory's tmpfs lives there and goes with the soak's last process, however
+    the soak ends (a SIGKILL included)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+        raise SystemExit(f"soak: cannot make a mount namespace of its own (needs root): "
+                         f"{os.strerror(ctypes.get_errno())}")  # fmt: skip
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True, capture_output=True)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

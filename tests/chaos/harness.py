@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -89,6 +90,13 @@ def overrides(model_dir: Path, url: str | None, out: Path, name: str, **extra: A
     return [f"{k}={v}" for k, v in base.items()]
 
 
+def die_with_parent() -> None:
+    """In the child: SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG), so a
+    test or soak killed however it ends takes its run along (the run's watchdog then
+    removes what the run made)."""
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
 class TrainProc:
     """``agentrl train`` as a subprocess in its own session, output in ``log``.
 
@@ -116,7 +124,7 @@ class TrainProc:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "agentrl.cli", "train", *args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=REPO, start_new_session=True,
+                env=env, cwd=REPO, start_new_session=True, preexec_fn=die_with_parent,
             )  # fmt: skip
         self.pid = self.proc.pid
 
@@ -413,9 +421,28 @@ def _containers(pids: set[int], since: float) -> list[str]:
     return out
 
 
+def _volumes(pids: set[int]) -> list[str]:
+    """Sandbox volumes (a container's tmpfs scratch) owned by ``pids``."""
+    try:
+        r = subprocess.run(
+            ["docker", "volume", "ls", "--filter", "label=agentrl.sandbox=1",
+             "--format", "{{.Name}} {{.Label \"agentrl.pid\"}}"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    out = []
+    for line in r.stdout.splitlines():
+        name, _, pid = line.partition(" ")
+        if pid.isdigit() and int(pid) in pids:
+            out.append(f"volume {name} (owner pid {pid})")
+    return out
+
+
 @dataclass
 class LeakWatch:
-    """Finds what a case left behind: processes, containers, /dev/shm entries."""
+    """Finds what a case left behind: processes, containers and their volumes, /dev/shm
+    entries."""
 
     case_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.time)
@@ -432,6 +459,7 @@ class LeakWatch:
         while True:
             found = [_describe(p) for p in case_pids(self.case_id)]
             found += _containers(self.owners, self.started)
+            found += _volumes(self.owners)
             new = set(os.listdir("/dev/shm")) - self.shm_before
             found += [f"/dev/shm/{n}" for n in sorted(new) if n.startswith("agentrl")]
             if not found or time.monotonic() > deadline:
@@ -445,6 +473,9 @@ class LeakWatch:
                 os.kill(pid, signal.SIGKILL)
         for c in _containers(self.owners, self.started):
             subprocess.run(["docker", "rm", "-f", c.split()[1]], capture_output=True, timeout=60)
+        for v in _volumes(self.owners):
+            subprocess.run(["docker", "volume", "rm", "-f", v.split()[1]], capture_output=True,
+                           timeout=60)  # fmt: skip
         for n in set(os.listdir("/dev/shm")) - self.shm_before:
             if n.startswith("agentrl"):
                 import shutil

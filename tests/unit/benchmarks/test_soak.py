@@ -3,14 +3,24 @@ directories and processes made here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from agentrl.reporting.run_dir import RunDir
 from agentrl.types import StopReason, Trajectory
 from benchmarks.soak import QUICK, Plan
 from benchmarks.soak_books import books
 from benchmarks.soak_probe import ProcStats, Sample, proc_stats, slope, throughput
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _t(group: str, i: int, reason: StopReason = StopReason.DONE) -> Trajectory:
@@ -107,3 +117,70 @@ def test_agentrl_shm_bytes_counts_its_own_entries_only(tmp_path):
     (tmp_path / "agentrl-f").write_bytes(b"y" * 10)
     (tmp_path / "vllm-ipc").write_bytes(b"z" * 5000)
     assert agentrl_shm_bytes(str(tmp_path)) == 1010
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_run_started_by_the_harness_dies_with_the_thread_that_started_it():
+    # The harness's TrainProc starts `agentrl train` with die_with_parent: a test or soak
+    # SIGKILLed mid-run takes its run along (the run's own watchdog then cleans up).
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         "from tests.chaos.harness import die_with_parent\n"
+         "p = subprocess.Popen(['sleep', '300'], preexec_fn=die_with_parent)\n"
+         "print(p.pid, flush=True)\n"
+         "time.sleep(300)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        assert not _gone(child, 0.3)  # alive while its parent is
+        parent.kill()
+        parent.wait()
+        assert _gone(child, 5.0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace and a tmpfs need root")
+def test_the_soak_s_tmpfs_is_seen_by_it_alone_and_goes_when_it_is_killed(tmp_path):
+    target = tmp_path / "disk"
+    target.mkdir()
+    soak = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         "from benchmarks.soak import own_mount_namespace\n"
+         "own_mount_namespace()\n"
+         f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', {str(target)!r}],"
+         " check=True)\n"
+         "print('mounted', flush=True)\n"
+         "time.sleep(300)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert soak.stdout is not None
+    try:
+        assert soak.stdout.readline().strip() == "mounted"
+        assert str(target) in Path(f"/proc/{soak.pid}/mounts").read_text()
+        assert str(target) not in Path("/proc/self/mounts").read_text()  # not the host's
+    finally:
+        soak.kill()
+        soak.wait()
+    everywhere = ""
+    for p in Path("/proc").glob("[0-9]*/mounts"):
+        with contextlib.suppress(OSError):
+            everywhere += p.read_text()
+    assert str(target) not in everywhere
