@@ -127,13 +127,12 @@ async def test_fully_async_resume_keeps_the_staleness_bound_from_its_first_step(
     assert [o.step for o in outs] == [9, 10, 11]
     # Before the first update only (1 + max_staleness) batches may have started.
     assert trained[0] <= (1 + 1) * 4, trained
-    assert all(o.metrics["staleness/max"] <= 1 + 1 for o in outs)  # measured after the sync
-    for o in outs:
-        versions = [
-            v for t in o.trajectories for v, m in zip(t.weight_versions, t.loss_mask, strict=True)
-            if m
-        ]  # fmt: skip
-        assert o.metrics["weight_version"] - 1 - min(versions) <= 1  # trained ≤ 1 version stale
+    # The bound is on starts, counted from the checkpoint's step: the k-th group may start
+    # once (k // 4) - 1 of this run's steps are pushed, i.e. on weights of version
+    # 1 + that or newer. (A group finishing after later ones is trained later; how stale
+    # it is then depends on the machine's timing, and staleness/max reports it.)
+    assert len(started) >= 12
+    assert all(v >= k // 4 for k, v in enumerate(started)), started
 
 
 def test_a_full_disk_at_a_checkpoint_stops_the_run_with_one_message_and_resume_works(
