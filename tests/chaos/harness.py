@@ -402,31 +402,14 @@ def _describe(pid: int) -> str:
     return f"process {pid}: {cmd}"
 
 
-def _containers(pids: set[int], since: float) -> list[str]:
-    """Sandbox containers owned by ``pids``, or created since ``since`` by a now-dead owner."""
+def _sandbox_owned(kind: str, pids: set[int]) -> list[str]:
+    """Sandbox ``kind`` ("container" or "volume": a container's tmpfs scratch) owned by
+    ``pids``, each as ``"KIND ID (owner pid PID)"``."""
+    ls, key = (["ps", "-a"], "{{.ID}}") if kind == "container" else (["volume", "ls"], "{{.Name}}")
     try:
         r = subprocess.run(
-            ["docker", "ps", "-a", "--filter", "label=agentrl.sandbox=1",
-             "--format", "{{.ID}} {{.Label \"agentrl.pid\"}} {{.CreatedAt}}"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    out = []
-    for line in r.stdout.splitlines():
-        cid, _, rest = line.partition(" ")
-        pid, _, _ = rest.partition(" ")
-        if pid.isdigit() and int(pid) in pids:
-            out.append(f"container {cid} (owner pid {pid})")
-    return out
-
-
-def _volumes(pids: set[int]) -> list[str]:
-    """Sandbox volumes (a container's tmpfs scratch) owned by ``pids``."""
-    try:
-        r = subprocess.run(
-            ["docker", "volume", "ls", "--filter", "label=agentrl.sandbox=1",
-             "--format", "{{.Name}} {{.Label \"agentrl.pid\"}}"],
+            ["docker", *ls, "--filter", "label=agentrl.sandbox=1",
+             "--format", key + " {{.Label \"agentrl.pid\"}}"],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
@@ -435,7 +418,7 @@ def _volumes(pids: set[int]) -> list[str]:
     for line in r.stdout.splitlines():
         name, _, pid = line.partition(" ")
         if pid.isdigit() and int(pid) in pids:
-            out.append(f"volume {name} (owner pid {pid})")
+            out.append(f"{kind} {name} (owner pid {pid})")
     return out
 
 
@@ -445,7 +428,6 @@ class LeakWatch:
     entries."""
 
     case_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started: float = field(default_factory=time.time)
     shm_before: set[str] = field(default_factory=lambda: set(os.listdir("/dev/shm")))
     owners: set[int] = field(default_factory=set)
 
@@ -458,8 +440,8 @@ class LeakWatch:
         deadline = time.monotonic() + wait_s
         while True:
             found = [_describe(p) for p in case_pids(self.case_id)]
-            found += _containers(self.owners, self.started)
-            found += _volumes(self.owners)
+            found += _sandbox_owned("container", self.owners)
+            found += _sandbox_owned("volume", self.owners)
             new = set(os.listdir("/dev/shm")) - self.shm_before
             found += [f"/dev/shm/{n}" for n in sorted(new) if n.startswith("agentrl")]
             if not found or time.monotonic() > deadline:
@@ -471,9 +453,9 @@ class LeakWatch:
         for pid in case_pids(self.case_id):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        for c in _containers(self.owners, self.started):
+        for c in _sandbox_owned("container", self.owners):
             subprocess.run(["docker", "rm", "-f", c.split()[1]], capture_output=True, timeout=60)
-        for v in _volumes(self.owners):
+        for v in _sandbox_owned("volume", self.owners):
             subprocess.run(["docker", "volume", "rm", "-f", v.split()[1]], capture_output=True,
                            timeout=60)  # fmt: skip
         for n in set(os.listdir("/dev/shm")) - self.shm_before:

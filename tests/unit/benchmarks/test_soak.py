@@ -132,20 +132,26 @@ def _gone(pid: int, within_s: float) -> bool:
     return False
 
 
+def _python(code: str) -> tuple[subprocess.Popen[str], str]:
+    """Runs ``code`` (then a long sleep) in a Python of its own; returns it and its first
+    line of output."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, time\n{code}time.sleep(300)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
 def test_a_run_started_by_the_harness_dies_with_the_thread_that_started_it():
     # The harness's TrainProc starts `agentrl train` with die_with_parent: a test or soak
     # SIGKILLed mid-run takes its run along (the run's own watchdog then cleans up).
-    parent = subprocess.Popen(
-        [sys.executable, "-c",
-         "import subprocess, sys, time\n"
-         "from tests.chaos.harness import die_with_parent\n"
-         "p = subprocess.Popen(['sleep', '300'], preexec_fn=die_with_parent)\n"
-         "print(p.pid, flush=True)\n"
-         "time.sleep(300)\n"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
-    assert parent.stdout is not None
-    child = int(parent.stdout.readline())
+    parent, said = _python(
+        "from tests.chaos.harness import die_with_parent\n"
+        "p = subprocess.Popen(['sleep', '300'], preexec_fn=die_with_parent)\n"
+        "print(p.pid, flush=True)\n"
+    )
+    child = int(said)
     try:
         assert not _gone(child, 0.3)  # alive while its parent is
         parent.kill()
@@ -160,20 +166,15 @@ def test_a_run_started_by_the_harness_dies_with_the_thread_that_started_it():
 def test_the_soak_s_tmpfs_is_seen_by_it_alone_and_goes_when_it_is_killed(tmp_path):
     target = tmp_path / "disk"
     target.mkdir()
-    soak = subprocess.Popen(
-        [sys.executable, "-c",
-         "import subprocess, sys, time\n"
-         "from benchmarks.soak import own_mount_namespace\n"
-         "own_mount_namespace()\n"
-         f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', {str(target)!r}],"
-         " check=True)\n"
-         "print('mounted', flush=True)\n"
-         "time.sleep(300)\n"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
-    assert soak.stdout is not None
+    soak, said = _python(
+        "from benchmarks.soak import own_mount_namespace\n"
+        "own_mount_namespace()\n"
+        f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', {str(target)!r}],"
+        " check=True)\n"
+        "print('mounted', flush=True)\n"
+    )
     try:
-        assert soak.stdout.readline().strip() == "mounted"
+        assert said == "mounted"
         assert str(target) in Path(f"/proc/{soak.pid}/mounts").read_text()
         assert str(target) not in Path("/proc/self/mounts").read_text()  # not the host's
     finally:
