@@ -135,9 +135,9 @@ class LiveDoctor:
         return sorted(rows, key=lambda r: r["step"])
 
     def _add(self, kind: str, step: int, metrics: Mapping[str, Any]) -> list[Flag]:
-        row = {**metrics, "step": step, "kind": kind}
         if finite_number(step) is None:
             return []
+        row = {**metrics, "step": step, "kind": kind}
         if len(self._first[kind]) < self.head:
             self._first[kind].append(row)
         else:
@@ -145,11 +145,13 @@ class LiveDoctor:
             self._dropped[kind] |= len(last) == last.maxlen
             last.append(row)
         out = []
-        for rule in RULES:
-            if rule.name in self.seen:
-                continue
-            b = rule.baseline
-            flag = check(rule, self._kept("train", b), self._kept("eval", b))
+        todo = [rule for rule in RULES if rule.name not in self.seen]
+        # The rows each baseline reads, built once a step (not once a rule).
+        kept = {
+            b: (self._kept("train", b), self._kept("eval", b)) for b in {r.baseline for r in todo}
+        }
+        for rule in todo:
+            flag = check(rule, *kept[rule.baseline])
             if flag is not None:
                 self.seen.add(rule.name)
                 out.append(flag)
